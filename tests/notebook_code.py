@@ -1,0 +1,58 @@
+"""Read the notebooks as data, and load their small helper functions for unit tests.
+
+The notebooks cannot import code from this repository (each must run alone on Colab or
+Kaggle), so the helpers live inside them. `load_helpers` runs only the definitions of a
+notebook, never its work: import statements, function and class definitions, and
+UPPER_CASE constants whose value is a plain literal.
+"""
+import ast
+import types
+from pathlib import Path
+
+import nbformat
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIR = REPO / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+SHARED_CELL_FIRST_LINE = "# Shared setup: this same cell is in every notebook"
+
+
+def read(path):
+    """The notebook at `path` as an nbformat node."""
+    return nbformat.read(str(path), as_version=4)
+
+
+def code_cells(notebook):
+    """The source text of every code cell."""
+    return [cell.source for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def notebook_path(prefix):
+    """The notebook whose file name starts with `prefix`, for example '02'."""
+    matches = [path for path in NOTEBOOKS if path.name.startswith(prefix)]
+    assert len(matches) == 1, f"expected one notebook starting with {prefix!r}, found {matches}"
+    return matches[0]
+
+
+def _is_literal_constant(node):
+    if not isinstance(node, ast.Assign):
+        return False
+    if not all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets):
+        return False
+    try:
+        ast.literal_eval(node.value)
+    except ValueError:
+        return False
+    return True
+
+
+def load_helpers(prefix):
+    """Run the definitions (not the work) of notebook `prefix` and return them as a namespace."""
+    keep = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
+    namespace = {"__name__": f"notebook_{prefix}"}
+    for source in code_cells(read(notebook_path(prefix))):
+        tree = ast.parse(source)
+        body = [node for node in tree.body if isinstance(node, keep) or _is_literal_constant(node)]
+        code = compile(ast.Module(body=body, type_ignores=[]), f"<notebook {prefix}>", "exec")
+        exec(code, namespace)
+    return types.SimpleNamespace(**namespace)

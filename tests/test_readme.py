@@ -1,0 +1,42 @@
+"""README.md's promises that a script can check: the two commands, CI running the test command, every notebook listed."""
+import re
+
+from notebook_code import NOTEBOOKS, REPO
+
+README = (REPO / "README.md").read_text()
+
+
+def start_section():
+    """The text of README's 'Two commands' section, up to its first subsection."""
+    match = re.search(r"^## Two commands\n(.*?)(?=^##)", README, flags=re.M | re.S)
+    assert match, "README needs a '## Two commands' section"
+    return match.group(1)
+
+
+def commands():
+    return re.findall(r"```bash\n(.*?)\n```", start_section(), flags=re.S)
+
+
+def test_exactly_two_commands_one_for_jupyterlab_one_for_the_tests():
+    lab, test = commands()
+    assert "\n" not in lab and "\n" not in test, "each must be one command line"
+    for command in (lab, test):
+        assert "python3 -m venv .venv" in command and "pip install -r requirements.txt" in command
+    assert lab.endswith("jupyter lab notebooks/")
+    assert test.endswith("-m pytest")
+
+
+def test_ci_runs_the_readme_test_command():
+    test_command = commands()[1]
+    ci_lines = (REPO / ".ci" / "run").read_text().splitlines()
+    assert test_command in ci_lines
+
+
+def test_every_notebook_is_in_the_readme_table():
+    for path in NOTEBOOKS:
+        assert re.search(rf"^\|.*\b{re.escape(path.name)}\b", README, flags=re.M), f"{path.name} missing from README"
+
+
+def test_fast_switch_and_full_size_run_are_documented():
+    assert "TUTORIAL_FAST=1" in README
+    assert "--full-size" in README
