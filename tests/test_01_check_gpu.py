@@ -1,10 +1,9 @@
-"""Notebook 01's diagnosis and the helpers of the shared setup cell, called with made-up facts."""
+"""Notebook 01's diagnosis helpers, called with made-up facts."""
 import os
 import stat
 import textwrap
 
 import pytest
-import torch
 
 from notebook_code import load_helpers
 
@@ -160,55 +159,3 @@ def test_read_nvidia_smi_reports_a_failing_driver(tmp_path, monkeypatch):
     report = nb.read_nvidia_smi()
     assert "couldn't communicate" in report["error"]
     assert "does not answer" in only(nb.diagnose(facts(nvidia_smi=report)))["title"]
-
-
-# The shared setup cell (identical in every notebook; test_hygiene checks the copies).
-
-def test_fast_mode_follows_the_environment(monkeypatch):
-    monkeypatch.setenv("TUTORIAL_FAST", "1")
-    assert nb.fast_mode() is True
-    monkeypatch.setenv("TUTORIAL_FAST", "0")
-    assert nb.fast_mode() is False
-    monkeypatch.delenv("TUTORIAL_FAST")
-    assert nb.fast_mode() is False
-
-
-def test_pick_device_prefers_the_accelerator(monkeypatch):
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
-    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("cuda"))
-    assert nb.pick_device() == torch.device("cuda")
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
-    assert nb.pick_device() == torch.device("cpu")
-
-
-def test_find_data_dir_inside_and_outside_a_repository(tmp_path):
-    repo = tmp_path / "repo"
-    (repo / "notebooks").mkdir(parents=True)
-    (repo / "requirements.txt").write_text("torch\n")
-    assert nb.find_data_dir(repo / "notebooks") == repo / "data"
-    alone = tmp_path / "uploaded"
-    alone.mkdir()
-    assert nb.find_data_dir(alone) == alone / "data"
-
-
-def test_time_it_synchronizes_cuda_around_every_run_and_returns_the_median(monkeypatch):
-    calls = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
-    durations = iter([0.0, 5.0, 1.0, 3.0])  # warm-up, then three timed runs
-    clock = {"now": 0.0}
-    monkeypatch.setattr(nb.time, "perf_counter", lambda: clock["now"])
-
-    def work():
-        clock["now"] += next(durations)
-
-    median = nb.time_it(work, torch.device("cuda"), repeats=3, warmup=1)
-    assert median == 3.0
-    assert len(calls) == 6  # before and after each of the three timed runs
-    assert all(call == torch.device("cuda") for call in calls)
-
-
-def test_time_it_does_not_synchronize_on_cpu(monkeypatch):
-    calls = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
-    assert nb.time_it(lambda: None, torch.device("cpu"), repeats=2, warmup=0) >= 0
-    assert calls == []

@@ -1,9 +1,10 @@
 """Unit tests for the helpers of notebook 02 (tensors and models on the device), with made-up inputs.
 
 The helpers are loaded from the notebook itself (definitions only, never its work), so these tests
-check exactly the code a learner runs. They need no GPU: the device choice is tested with
-torch.accelerator monkeypatched, the largest-batch finder with fake steps that raise
-torch.OutOfMemoryError above a size, and the cross-device load with the CPU and the `meta` device.
+check exactly the code a learner runs. They need no GPU: the largest-batch finder is tested with fake
+steps that raise torch.OutOfMemoryError above a size, and the cross-device load with the CPU and the
+`meta` device. The device choice (pick_device, from the shared setup cell) is tested once, in
+test_shared_setup.py.
 """
 import math
 import pickle
@@ -19,20 +20,6 @@ from notebook_code import load_helpers
 @pytest.fixture(scope="module")
 def nb():
     return load_helpers("02")
-
-
-# --- the device choice (pick_device, from the shared setup cell) -----------------------------------
-
-def test_pick_device_falls_back_to_the_cpu(nb, monkeypatch):
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
-    assert nb.pick_device() == torch.device("cpu")
-
-
-@pytest.mark.parametrize("accelerator", [torch.device("cuda"), torch.device("mps"), torch.device("xpu")])
-def test_pick_device_returns_the_accelerator_pytorch_finds(nb, monkeypatch, accelerator):
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
-    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: accelerator)
-    assert nb.pick_device() == accelerator
 
 
 # --- the largest-batch finder ------------------------------------------------------------------------

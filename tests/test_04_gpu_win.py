@@ -1,8 +1,8 @@
 """Unit tests for notebook 04's helpers (When does the GPU win?), called with made-up inputs.
 
 They run outside the notebook: `load_helpers("04")` loads only the notebook's imports, functions and
-literal constants. Nothing here needs a GPU: CUDA synchronization is checked with a monkeypatched
-torch.cuda.synchronize, and the timing function with a fake clock.
+literal constants. Nothing here needs a GPU. The shared timing function `time_it` is tested once, in
+test_shared_setup.py.
 """
 import math
 
@@ -71,50 +71,6 @@ def test_normalize_gives_zero_mean_unit_std():
     normalized = nb.normalize(points)
     assert abs(normalized.mean().item()) < 1e-5
     assert abs(normalized.std().item() - 1) < 1e-5
-
-
-# --- timing -------------------------------------------------------------------------------------------------
-
-def test_time_it_synchronizes_around_every_timed_run_on_cuda(monkeypatch):
-    events = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(("sync", device)))
-    nb.time_it(lambda: events.append("fn"), torch.device("cuda"), repeats=2, warmup=1)
-    cuda = torch.device("cuda")
-    assert events == ["fn", ("sync", cuda), "fn", ("sync", cuda), ("sync", cuda), "fn", ("sync", cuda)]
-
-
-def test_time_it_does_not_call_cuda_on_the_cpu(monkeypatch):
-    calls = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
-    nb.time_it(lambda: None, torch.device("cpu"), repeats=3, warmup=1)
-    assert calls == []
-
-
-class FakeClock:
-    """A clock that only moves when fn says so: fn() advances it by the next scripted duration."""
-
-    def __init__(self, durations):
-        self.now = 0.0
-        self.durations = list(durations)
-
-    def perf_counter(self):
-        return self.now
-
-    def fn(self):
-        self.now += self.durations.pop(0)
-
-
-@pytest.mark.parametrize("warmup, durations, median", [
-    (1, [100.0, 5.0, 1.0, 3.0], 3.0),        # the slow warm-up run is not timed
-    (0, [5.0, 1.0, 2.0], 2.0),               # the median, not the mean (2.67) nor the first run (5)
-    (2, [50.0, 40.0, 1.0, 2.0, 3.0, 10.0], 2.5),  # even count: mean of the two middle runs
-])
-def test_time_it_returns_the_median_of_the_timed_runs(monkeypatch, warmup, durations, median):
-    clock = FakeClock(durations)
-    monkeypatch.setitem(nb.time_it.__globals__, "time", clock)
-    result = nb.time_it(clock.fn, torch.device("cpu"), repeats=len(durations) - warmup, warmup=warmup)
-    assert result == pytest.approx(median)
-    assert clock.durations == []  # fn ran exactly warmup + repeats times
 
 
 # --- crossover ----------------------------------------------------------------------------------------------

@@ -1,0 +1,86 @@
+"""The helpers of the shared setup cell, tested once.
+
+The cell is byte-identical in every notebook (test_hygiene.py checks the copies), so testing the copy
+in notebook 01 tests them all. Nothing here needs a GPU: CUDA synchronization is checked with a
+monkeypatched torch.cuda.synchronize, the device choice with torch.accelerator monkeypatched, and the
+timing function with a fake clock.
+"""
+import pytest
+import torch
+
+from notebook_code import load_helpers
+
+nb = load_helpers("01")
+
+
+def test_fast_mode_follows_the_environment(monkeypatch):
+    monkeypatch.setenv("TUTORIAL_FAST", "1")
+    assert nb.fast_mode() is True
+    monkeypatch.setenv("TUTORIAL_FAST", "0")
+    assert nb.fast_mode() is False
+    monkeypatch.delenv("TUTORIAL_FAST")
+    assert nb.fast_mode() is False
+
+
+def test_pick_device_falls_back_to_the_cpu(monkeypatch):
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    assert nb.pick_device() == torch.device("cpu")
+
+
+@pytest.mark.parametrize("accelerator", [torch.device("cuda"), torch.device("mps"), torch.device("xpu")])
+def test_pick_device_returns_the_accelerator_pytorch_finds(monkeypatch, accelerator):
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: accelerator)
+    assert nb.pick_device() == accelerator
+
+
+def test_find_data_dir_inside_and_outside_a_repository(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "notebooks").mkdir(parents=True)
+    (repo / "requirements.txt").write_text("torch\n")
+    assert nb.find_data_dir(repo / "notebooks") == repo / "data"
+    alone = tmp_path / "uploaded"
+    alone.mkdir()
+    assert nb.find_data_dir(alone) == alone / "data"
+
+
+def test_time_it_synchronizes_around_every_timed_run_on_cuda(monkeypatch):
+    events = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(("sync", device)))
+    nb.time_it(lambda: events.append("fn"), torch.device("cuda"), repeats=2, warmup=1)
+    cuda = torch.device("cuda")
+    assert events == ["fn", ("sync", cuda), "fn", ("sync", cuda), ("sync", cuda), "fn", ("sync", cuda)]
+
+
+def test_time_it_does_not_call_cuda_on_the_cpu(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    nb.time_it(lambda: None, torch.device("cpu"), repeats=3, warmup=1)
+    assert calls == []
+
+
+class FakeClock:
+    """A clock that only moves when fn says so: fn() advances it by the next scripted duration."""
+
+    def __init__(self, durations):
+        self.now = 0.0
+        self.durations = list(durations)
+
+    def perf_counter(self):
+        return self.now
+
+    def fn(self):
+        self.now += self.durations.pop(0)
+
+
+@pytest.mark.parametrize("warmup, durations, median", [
+    (1, [100.0, 5.0, 1.0, 3.0], 3.0),        # the slow warm-up run is not timed
+    (0, [5.0, 1.0, 2.0], 2.0),               # the median, not the mean (2.67) nor the first run (5)
+    (2, [50.0, 40.0, 1.0, 2.0, 3.0, 10.0], 2.5),  # even count: mean of the two middle runs
+])
+def test_time_it_returns_the_median_of_the_timed_runs(monkeypatch, warmup, durations, median):
+    clock = FakeClock(durations)
+    monkeypatch.setitem(nb.time_it.__globals__, "time", clock)
+    result = nb.time_it(clock.fn, torch.device("cpu"), repeats=len(durations) - warmup, warmup=warmup)
+    assert result == pytest.approx(median)
+    assert clock.durations == []  # fn ran exactly warmup + repeats times
