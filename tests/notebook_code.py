@@ -14,7 +14,8 @@ import nbformat
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
-SHARED_CELL_FIRST_LINE = "# Shared setup: this same cell is in every notebook"
+SHARED_CELL_FIRST_LINE = "#@title Shared setup: "
+INSTALL_CELL_FIRST_LINE = "#@title Setup, part 1: "
 
 
 def read(path):

@@ -84,3 +84,64 @@ def test_time_it_returns_the_median_of_the_timed_runs(monkeypatch, warmup, durat
     result = nb.time_it(clock.fn, torch.device("cpu"), repeats=len(durations) - warmup, warmup=warmup)
     assert result == pytest.approx(median)
     assert clock.durations == []  # fn ran exactly warmup + repeats times
+
+
+# The install cell ("Setup, part 1"): the same body in every notebook, only its PACKAGES differ.
+
+def test_version_tuple_reads_release_local_and_pre_release_versions():
+    assert nb.version_tuple("2.14.1+cu130") == (2, 14, 1, 0)
+    assert nb.version_tuple("2.8.8") < nb.version_tuple("2.8.9")
+    assert nb.version_tuple("2.6") == nb.version_tuple("2.6.0")  # padded, so equal releases compare equal
+    assert nb.version_tuple("9.0.0rc1") == (9, 0, 0, 0)
+    assert nb.version_tuple("2.10.0") > nb.version_tuple("2.9.1")  # numbers, not strings
+
+
+def fake_versions(installed):
+    """An importlib.metadata.version stand-in that knows only the packages in `installed`."""
+    def version(name):
+        if name not in installed:
+            raise nb.importlib.metadata.PackageNotFoundError(name)
+        return installed[name]
+    return version
+
+
+PACKAGES = {"torch": ("2.6", None), "fastai": ("2.8.9", "Step 6 is skipped")}
+
+
+def test_package_problems_finds_the_missing_and_the_too_old():
+    problems = nb.package_problems(PACKAGES, fake_versions({"torch": "2.5.1+cu121"}))
+    assert set(problems) == {"torch", "fastai"}
+    assert problems["fastai"] == "not installed"
+    assert "2.5.1+cu121" in problems["torch"] and "2.6" in problems["torch"]
+    assert nb.package_problems(PACKAGES, fake_versions({"torch": "2.14.1", "fastai": "2.8.9"})) == {}
+
+
+def test_failed_install_on_kaggle_says_switch_internet_on_and_what_still_works():
+    problems = {"fastai": "not installed"}
+    report = nb.setup_report(problems, PACKAGES, hosted=True, install_error="No matching distribution")
+    flat = " ".join(report.split())
+    assert "Settings > Internet" in flat and "No matching distribution" in flat
+    assert "Step 6 is skipped" in flat and "stops" not in flat
+    assert all(len(line) <= 100 for line in report.splitlines())
+
+
+def test_a_package_the_notebook_cannot_run_without_stops_it_with_the_fix():
+    report = nb.setup_report({"torch": "not installed"}, PACKAGES, hosted=False)
+    flat = " ".join(report.split())
+    assert "cannot run without torch" in flat
+    assert f'{nb.sys.executable} -m pip install "torch>=2.6"' in flat  # the kernel's own Python, no &&
+    assert "Internet" not in flat
+
+
+def test_pytorch_is_never_installed_on_a_hosted_service():
+    report = nb.setup_report({"torch": "version 2.4.0 is installed"}, PACKAGES, hosted=True)
+    assert "newer runtime" in report and "Internet" not in report
+    assert {"torch", "torchvision"} <= nb.NEVER_INSTALL
+
+
+def test_setup_stopped_renders_as_its_message_alone():
+    assert nb.SetupStopped("plain words")._render_traceback_() == ["plain words"]
+
+
+def test_all_ready_is_one_line():
+    assert nb.setup_report({}, PACKAGES, hosted=True) == "Packages ready: torch, fastai"
