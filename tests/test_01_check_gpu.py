@@ -1,33 +1,80 @@
-"""Notebook 01's diagnosis helpers, called with made-up facts."""
+"""Notebook 01's diagnosis helpers, called with made-up facts and made-up nvidia-smi output."""
+import contextlib
+import io
 import os
 import stat
+import sys
 import textwrap
 
 import pytest
+import torch
 
-from notebook_code import load_helpers
+from notebook_code import code_cells, load_helpers, notebook_path, read
 
 nb = load_helpers("01")
 
 CUDA13_ARCHES = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
+# torch.cuda.get_arch_list() of a ROCm wheel (torch 2.7.1+rocm6.3): AMD architecture names, no "sm_".
+ROCM_ARCHES = ["gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1101",
+               "gfx1102", "gfx1200", "gfx1201"]
+LINUX_PYTHON = "/home/ada/gpu-tutorials/.venv/bin/python"
+
+# Plain `nvidia-smi`, first lines, as printed by a current driver (R580, CUDA 13) ...
+NEW_HEADER = """\
+Mon Nov 17 09:12:44 2025
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 580.82.07              Driver Version: 580.82.07      CUDA Version: 13.0     |
++-----------------------------------------+------------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+|                                         |                        |               MIG M. |
+|=========================================+========================+======================|
+|   0  Tesla T4                       Off |   00000000:00:04.0 Off |                    0 |
+| N/A   37C    P8              9W /   70W |       0MiB /  15360MiB |      0%      Default |
+|                                         |                        |                  N/A |
++-----------------------------------------+------------------------+----------------------+
+"""
+# ... and by an R470 driver (the layout before R530), whose nvidia-smi does not know compute_cap.
+OLD_HEADER = """\
+Tue Nov 22 10:03:51 2022
++-----------------------------------------------------------------------------+
+| NVIDIA-SMI 470.82.01    Driver Version: 470.82.01    CUDA Version: 11.4     |
+|-------------------------------+----------------------+----------------------+
+| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |
+|                               |                      |               MIG M. |
+|===============================+======================+======================|
+|   0  Tesla T4            Off  | 00000000:00:04.0 Off |                    0 |
+| N/A   36C    P8     9W /  70W |      0MiB / 15109MiB |      0%      Default |
+|                               |                      |                  N/A |
++-------------------------------+----------------------+----------------------+
+"""
+OLD_QUERY_ERROR = 'Field "compute_cap" is not a valid field to query.\n\n'
+T4_UUID = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
 
 
 def facts(**changes):
     """Facts of a Linux machine with a CUDA 13.0 wheel and no GPU, changed by `changes`."""
     base = {
-        "os": "Linux", "torch_version": "2.14.1+cu130", "cuda_build": "13.0", "hip_build": None,
+        "os": "Linux", "machine": "x86_64", "macos_version": None, "python": LINUX_PYTHON,
+        "torch_version": "2.14.1+cu130", "cuda_build": "13.0", "hip_build": None,
         "cudnn_version": 92400, "arch_list": CUDA13_ARCHES, "cuda_visible_devices": None,
-        "cuda_available": False, "gpu_count": 0, "current_gpu": None, "gpus": [], "mps_available": False,
-        "nvidia_smi": None,
+        "hip_visible_devices": None, "rocr_visible_devices": None, "amd_driver_loaded": False,
+        "user_groups": None, "cuda_available": False, "gpu_count": 0, "current_gpu": None, "gpus": [],
+        "mps_built": False, "mps_available": False, "nvidia_smi": None,
     }
     return {**base, **changes}
 
 
 def smi(driver="580.65.06", cuda="13.0", gpus=("Tesla T4",)):
-    """A made-up nvidia-smi report."""
-    return {"driver_version": driver, "cuda_version": cuda, "report": "",
-            "gpus": [{"name": name, "driver_version": driver, "memory": "15360 MiB", "compute_cap": "7.5"}
-                     for name in gpus]}
+    """A made-up nvidia-smi report, shaped like read_nvidia_smi's."""
+    return {"driver_version": driver, "cuda_version": cuda, "report": "", "query_error": None,
+            "gpus": [{"index": index, "uuid": f"GPU-{index}aaaaaaa-d72c-4106-c12f-20bd9faed9f6",
+                      "name": name, "memory": "15360 MiB"} for index, name in enumerate(gpus)]}
+
+
+def gpu(name="Tesla T4", capability="7.5", arch="sm_75", memory=14.6):
+    return {"index": 0, "name": name, "capability": capability, "arch": arch, "memory_GiB": memory}
 
 
 def only(findings):
@@ -35,27 +82,39 @@ def only(findings):
     return findings[0]
 
 
+def fix_lines(result):
+    return [line.strip() for line in result["fix"].splitlines()]
+
+
 def test_all_good_on_a_t4():
-    result = only(nb.diagnose(facts(cuda_available=True, gpu_count=1, nvidia_smi=smi(),
-                                    gpus=[{"index": 0, "name": "Tesla T4", "capability": "7.5", "memory_GiB": 14.6}])))
+    result = only(nb.diagnose(facts(cuda_available=True, gpu_count=1, nvidia_smi=smi(), gpus=[gpu()])))
     assert result["status"] == "ok"
     assert "Tesla T4" in result["title"]
 
 
-def test_cpu_only_wheel_on_windows_gives_the_cuda_index_command():
-    result = only(nb.diagnose(facts(os="Windows", cuda_build=None, arch_list=[])))
+def test_cpu_only_wheel_on_windows_gives_two_powershell_safe_lines_with_the_kernels_python():
+    python = r"C:\Program Files\Python313\python.exe"
+    result = only(nb.diagnose(facts(os="Windows", machine="AMD64", python=python, cuda_build=None,
+                                    arch_list=[])))
     assert result["status"] == "problem"
     assert "CPU-only" in result["title"]
     assert "On Windows" in result["why"] and "PyPI" in result["why"]
-    assert "--index-url https://download.pytorch.org/whl/cu130" in result["fix"]
-    assert result["fix"].startswith("If this machine has an NVIDIA GPU: python -m pip uninstall")
+    assert result["fix"].startswith("If this machine has an NVIDIA GPU")
+    assert "&&" not in result["fix"]  # Windows PowerShell 5.1 rejects it
+    lines = fix_lines(result)
+    uninstall = f'& "{python}" -m pip uninstall -y torch torchvision'
+    install = (f'& "{python}" -m pip install torch torchvision '
+               "--index-url https://download.pytorch.org/whl/cu130")
+    assert lines[lines.index(uninstall) + 1] == install
 
 
-def test_cpu_only_wheel_on_linux_does_not_blame_windows():
-    result = only(nb.diagnose(facts(cuda_build=None, arch_list=[])))
+def test_cpu_only_wheel_on_linux_does_not_blame_windows_and_quotes_a_path_with_spaces():
+    result = only(nb.diagnose(facts(cuda_build=None, arch_list=[], python="/opt/my env/bin/python")))
     assert result["status"] == "problem"
     assert "Windows" not in result["why"]
-    assert "python3 -m pip install torch torchvision --index-url" in result["fix"]
+    assert ("'/opt/my env/bin/python' -m pip install torch torchvision --index-url "
+            "https://download.pytorch.org/whl/cu130") in fix_lines(result)
+    assert "python3 -m pip" not in result["fix"] and "&&" not in result["fix"]
 
 
 def test_cuda_visible_devices_hiding_the_gpu():
@@ -64,6 +123,7 @@ def test_cuda_visible_devices_hiding_the_gpu():
     assert "CUDA_VISIBLE_DEVICES" in result["title"]
     assert "1 GPU(s)" in result["why"]
     assert "unset CUDA_VISIBLE_DEVICES" in result["fix"]
+    assert "first CUDA call" in result["fix"] and "not at `import torch`" in result["fix"]
 
 
 def test_cuda_visible_devices_minus_one_without_nvidia_smi():
@@ -71,8 +131,40 @@ def test_cuda_visible_devices_minus_one_without_nvidia_smi():
     assert "CUDA_VISIBLE_DEVICES='-1'" in result["title"]
 
 
+def test_cuda_visible_devices_naming_a_gpu_the_driver_does_not_list():
+    result = only(nb.diagnose(facts(cuda_visible_devices="1", nvidia_smi=smi())))
+    assert result["title"] == "CUDA_VISIBLE_DEVICES='1' hides the GPU from PyTorch"
+    assert "unset CUDA_VISIBLE_DEVICES" in result["fix"]
+    unknown_uuid = only(nb.diagnose(facts(cuda_visible_devices="GPU-ffffffff", nvidia_smi=smi())))
+    assert "CUDA_VISIBLE_DEVICES='GPU-ffffffff'" in unknown_uuid["title"]
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("0", 1), ("0,1", 2), ("1", 1), ("2", 0), ("", 0), ("-1", 0), ("0,-1,1", 1), ("0,0", 0), ("2,0", 0),
+    ("GPU-0aaa", 1), ("GPU-ffff", 0), ("MIG-1b2c3d4e/1/0", None),
+])
+def test_visible_gpu_count_follows_cuda(value, expected):
+    assert nb.visible_gpu_count(value, smi(gpus=("Tesla T4", "Tesla T4"))["gpus"]) == expected
+
+
+def test_slurm_cuda_visible_devices_0_with_an_old_driver_blames_the_driver():
+    # SLURM and many containers set CUDA_VISIBLE_DEVICES=0: a valid index, not the cause here.
+    result = only(nb.diagnose(facts(cuda_visible_devices="0", nvidia_smi=smi(driver="470.82.01",
+                                                                              cuda="11.4"))))
+    assert result["title"] == "The NVIDIA driver (R470) is too old for this CUDA 13.0 wheel"
+    assert "Update the NVIDIA driver to R580 or newer" in result["fix"]
+    assert "CUDA_VISIBLE_DEVICES" not in result["title"]
+
+
+def test_cuda_visible_devices_0_with_a_good_driver_is_not_blamed():
+    result = only(nb.diagnose(facts(cuda_visible_devices="0", nvidia_smi=smi())))
+    assert "CUDA_VISIBLE_DEVICES" not in result["title"]
+    assert "for a reason this check does not know" in result["title"]
+    assert f"{LINUX_PYTHON} -c" in result["fix"]
+
+
 def test_p100_with_a_cuda13_wheel_needs_the_legacy_build():
-    p100 = {"index": 0, "name": "Tesla P100-PCIE-16GB", "capability": "6.0", "memory_GiB": 15.9}
+    p100 = gpu("Tesla P100-PCIE-16GB", "6.0", "sm_60", 15.9)
     result = only(nb.diagnose(facts(cuda_available=True, gpu_count=1, gpus=[p100], nvidia_smi=smi())))
     assert result["status"] == "problem"
     assert "sm_60" in result["title"]
@@ -82,10 +174,10 @@ def test_p100_with_a_cuda13_wheel_needs_the_legacy_build():
 
 
 def test_new_gpu_missing_from_an_old_wheel_gets_the_current_build():
-    blackwell = {"index": 0, "name": "NVIDIA GeForce RTX 5090", "capability": "12.0", "memory_GiB": 31.4}
+    blackwell = gpu("NVIDIA GeForce RTX 5090", "12.0", "sm_120", 31.4)
     old_wheel = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
-    result = only(nb.diagnose(facts(cuda_build="12.6", arch_list=old_wheel, cuda_available=True, gpu_count=1,
-                                    gpus=[blackwell], nvidia_smi=smi())))
+    result = only(nb.diagnose(facts(cuda_build="12.6", arch_list=old_wheel, cuda_available=True,
+                                    gpu_count=1, gpus=[blackwell], nvidia_smi=smi())))
     assert result["status"] == "problem"
     assert "whl/cu130" in result["fix"]
 
@@ -98,22 +190,183 @@ def test_driver_too_old_for_the_wheel():
     assert "Update the NVIDIA driver to R580" in result["fix"] and "whl/cu126" in result["fix"]
 
 
+def test_a_cuda11_driver_is_not_offered_the_cuda12_wheel():
+    result = only(nb.diagnose(facts(nvidia_smi=smi(driver="470.82.01", cuda="11.4"))))
+    assert "R470" in result["title"]
+    assert "whl/cu126" not in result["fix"]
+    assert '"torch==2.7.*"' in result["fix"] and "whl/cu118" in result["fix"]
+
+
 def test_recent_driver_is_not_called_too_old():
     assert nb.driver_too_old(facts(nvidia_smi=smi(driver="580.95.05"))) is None
     assert nb.driver_too_old(facts(cuda_build="12.6", nvidia_smi=smi(driver="525.60.13"))) is None
     assert nb.driver_too_old(facts(cuda_build="12.6", nvidia_smi=smi(driver="470.82.01"))) == (470, 525)
 
 
-def test_no_driver_at_all_which_is_this_machine():
+def test_no_driver_at_all_which_is_a_machine_without_a_gpu():
     result = only(nb.diagnose(facts()))
     assert result["title"] == "No NVIDIA driver found"
     assert "R580" in result["fix"] and "Colab" in result["fix"] and "Kaggle" in result["fix"]
 
 
-def test_apple_mps_and_rocm():
-    assert only(nb.diagnose(facts(os="Darwin", cuda_build=None, arch_list=[], mps_available=True)))["status"] == "ok"
-    rocm = only(nb.diagnose(facts(cuda_build=None, hip_build="6.4.0", arch_list=["gfx90a"])))
-    assert "ROCm" in rocm["title"] and "rocm-smi" in rocm["fix"]
+# AMD GPUs: ROCm wheels list gfx names; the NVIDIA architecture check must not read them.
+
+def test_rocm_wheel_with_a_visible_mi250_is_ready_and_does_not_crash():
+    mi250 = gpu("AMD Instinct MI250X/MI250", "9.0", "gfx90a:sramecc+:xnack-", 64.0)
+    result = only(nb.diagnose(facts(cuda_build=None, hip_build="6.3.42131-fa1d09cbd",
+                                    arch_list=ROCM_ARCHES, cuda_available=True, gpu_count=1,
+                                    gpus=[mi250], amd_driver_loaded=True)))
+    assert result["status"] == "ok"
+    assert result["title"] == "Ready: PyTorch uses 1 GPU(s): AMD Instinct MI250X/MI250"
+    assert "ROCm 6.3" in result["why"]
+
+
+def test_rocm_wheel_without_the_gpus_architecture():
+    rx6700 = gpu("AMD Radeon RX 6700 XT", "10.3", "gfx1031", 12.0)
+    result = only(nb.diagnose(facts(cuda_build=None, hip_build="6.3.42131-fa1d09cbd",
+                                    arch_list=ROCM_ARCHES, cuda_available=True, gpu_count=1,
+                                    gpus=[rx6700], amd_driver_loaded=True)))
+    assert result["title"] == "AMD Radeon RX 6700 XT (gfx1031) is not in this ROCm wheel"
+    assert "invalid device function" in result["why"]
+    assert "compatibility matrix" in result["fix"]
+
+
+@pytest.mark.parametrize("arches", [ROCM_ARCHES, ["gfx90a:sramecc+:xnack-", "gfx942"]])
+def test_arch_supported_ignores_amd_names(arches):
+    assert nb.arch_supported("9.0", arches) is False
+    assert nb.arch_supported("7.5", arches + ["sm_75"]) is True
+
+
+def test_rocm_wheel_without_a_gpu_checks_driver_groups_and_variables():
+    rocm = facts(cuda_build=None, hip_build="6.3.42131-fa1d09cbd", arch_list=ROCM_ARCHES)
+    no_driver = only(nb.diagnose(rocm))
+    assert no_driver["title"] == "ROCm build of PyTorch, but AMD's GPU driver is not loaded"
+    assert "rocm-smi" in no_driver["fix"] and "--device=/dev/kfd" in no_driver["fix"]
+
+    groups = only(nb.diagnose({**rocm, "amd_driver_loaded": True, "user_groups": ["ada", "sudo"]}))
+    assert groups["title"] == "ROCm build of PyTorch, but your user may not open the GPU"
+    assert "usermod -a -G render,video" in groups["fix"] and "log out" in groups["fix"]
+
+    hidden = only(nb.diagnose({**rocm, "amd_driver_loaded": True, "hip_visible_devices": ""}))
+    assert hidden["title"] == "ROCm build of PyTorch, but HIP_VISIBLE_DEVICES='' hides the GPU"
+    assert "unset HIP_VISIBLE_DEVICES" in hidden["fix"]
+
+    other = only(nb.diagnose({**rocm, "amd_driver_loaded": True,
+                              "user_groups": ["ada", "render", "video"]}))
+    assert other["title"] == "ROCm build of PyTorch, but no AMD GPU is visible"
+    assert "rocm-smi" in other["fix"]
+
+
+# Macs
+
+def test_apple_silicon_with_mps_is_ready():
+    result = only(nb.diagnose(facts(os="Darwin", machine="arm64", macos_version="15.5",
+                                    cuda_build=None, arch_list=[], mps_built=True, mps_available=True)))
+    assert result["status"] == "ok" and "MPS" in result["title"]
+
+
+def test_apple_silicon_on_macos_13_needs_macos_14_for_mps():
+    result = only(nb.diagnose(facts(os="Darwin", machine="arm64", macos_version="13.6.7",
+                                    cuda_build=None, arch_list=[], mps_built=True)))
+    assert result["title"] == "macOS 13.6.7 is too old for PyTorch's Apple GPU device (mps)"
+    assert "macOS 14" in result["why"]
+    assert "Update macOS to 14" in result["fix"]
+
+
+def test_intel_mac_points_to_conda_forge():
+    result = only(nb.diagnose(facts(os="Darwin", machine="x86_64", macos_version="13.6.7",
+                                    cuda_build=None, arch_list=[], mps_built=False)))
+    assert result["title"] == "CPU only: PyTorch has no GPU support on an Intel Mac"
+    assert "2.2.2" in result["why"]
+    assert "conda-forge" in result["fix"] and "Rosetta" in result["fix"]
+
+
+# nvidia-smi: pure parsers on text shaped like real output, then the real subprocess.
+
+def test_parse_smi_header_new_and_old_layouts():
+    assert nb.parse_smi_header(NEW_HEADER) == {"driver_version": "580.82.07", "cuda_version": "13.0"}
+    assert nb.parse_smi_header(OLD_HEADER) == {"driver_version": "470.82.01", "cuda_version": "11.4"}
+    # A snap or container can ship an nvidia-smi older than the driver: read "Driver Version".
+    mixed = "| NVIDIA-SMI 470.256.02   Driver Version: 580.95.05    CUDA Version: 13.0     |"
+    assert nb.parse_smi_header(mixed)["driver_version"] == "580.95.05"
+    assert nb.parse_smi_header("garbage") == {"driver_version": None, "cuda_version": None}
+
+
+def test_parse_smi_query():
+    text = (f"0, {T4_UUID}, Tesla T4, 15360 MiB\n"
+            "1, GPU-1d2e3f40-aaaa-bbbb-cccc-000000000001, NVIDIA A100-SXM4-40GB, 40960 MiB\n")
+    gpus = nb.parse_smi_query(text)
+    assert [g["index"] for g in gpus] == [0, 1]
+    assert gpus[0] == {"index": 0, "uuid": T4_UUID, "name": "Tesla T4", "memory": "15360 MiB"}
+    assert gpus[1]["name"] == "NVIDIA A100-SXM4-40GB"
+    assert nb.parse_smi_query(OLD_QUERY_ERROR) == []
+
+
+def fake_nvidia_smi(tmp_path, monkeypatch, script):
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\n" + textwrap.dedent(script))
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_read_nvidia_smi_on_an_old_r470_driver_reports_an_old_driver(tmp_path, monkeypatch):
+    # R470's nvidia-smi answers the plain call but rejects compute_cap with exit code 2.
+    (tmp_path / "header.txt").write_text(OLD_HEADER)
+    fake_nvidia_smi(tmp_path, monkeypatch, f"""\
+        case "$1" in
+          "") cat "{tmp_path}/header.txt" ;;
+          *compute_cap*) printf 'Field "compute_cap" is not a valid field to query.\\n\\n'; exit 2 ;;
+          --query-gpu=*) echo "0, {T4_UUID}, Tesla T4, 15109 MiB" ;;
+          *) exit 2 ;;
+        esac
+        """)
+    report = nb.read_nvidia_smi()
+    assert report["driver_version"] == "470.82.01" and report["cuda_version"] == "11.4"
+    assert report["gpus"][0]["name"] == "Tesla T4" and report["gpus"][0]["uuid"] == T4_UUID
+    result = only(nb.diagnose(facts(nvidia_smi=report)))
+    assert result["title"] == "The NVIDIA driver (R470) is too old for this CUDA 13.0 wheel"
+    assert "does not answer" not in result["title"]
+
+
+def test_read_nvidia_smi_parses_a_current_driver(tmp_path, monkeypatch):
+    (tmp_path / "header.txt").write_text(NEW_HEADER)
+    fake_nvidia_smi(tmp_path, monkeypatch, f"""\
+        case "$1" in
+          "") cat "{tmp_path}/header.txt" ;;
+          --query-gpu=*) echo "0, {T4_UUID}, Tesla T4, 15360 MiB" ;;
+          *) exit 2 ;;
+        esac
+        """)
+    report = nb.read_nvidia_smi()
+    assert report["driver_version"] == "580.82.07"
+    assert report["cuda_version"] == "13.0"
+    assert report["gpus"][0]["name"] == "Tesla T4" and report["query_error"] is None
+
+
+def test_a_failing_gpu_query_is_read_as_an_old_driver(tmp_path, monkeypatch):
+    header = "| NVIDIA-SMI 4xx   Driver Version: unknown |\n"  # no version a reader can use
+    (tmp_path / "header.txt").write_text(header)
+    fake_nvidia_smi(tmp_path, monkeypatch, f"""\
+        case "$1" in
+          "") cat "{tmp_path}/header.txt" ;;
+          *) printf 'Field "uuid" is not a valid field to query.\\n\\n'; exit 2 ;;
+        esac
+        """)
+    report = nb.read_nvidia_smi()
+    assert "not a valid field" in report["query_error"]
+    result = only(nb.diagnose(facts(nvidia_smi=report)))
+    assert result["title"] == "The NVIDIA driver looks too old: nvidia-smi rejects a standard query"
+    assert "Update the NVIDIA driver to R580 or newer" in result["fix"]
+
+
+def test_read_nvidia_smi_reports_a_failing_driver(tmp_path, monkeypatch):
+    fake_nvidia_smi(tmp_path, monkeypatch, """\
+        echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+        exit 9
+        """)
+    report = nb.read_nvidia_smi()
+    assert "couldn't communicate" in report["error"]
+    assert "does not answer" in only(nb.diagnose(facts(nvidia_smi=report)))["title"]
 
 
 @pytest.mark.parametrize("capability, arches, expected", [
@@ -122,6 +375,8 @@ def test_apple_mps_and_rocm():
     ("6.0", CUDA13_ARCHES, False),      # P100 with a CUDA 13 wheel
     ("12.0", ["sm_90", "compute_90"], True),  # PTX is compiled by the driver for newer GPUs
     ("7.5", ["sm_90a"], False),
+    ("9.0", ["sm_90a"], True),          # 'a' code runs on exactly that GPU
+    ("10.3", ["sm_100a"], False),
 ])
 def test_arch_supported(capability, arches, expected):
     assert nb.arch_supported(capability, arches) is expected
@@ -133,29 +388,37 @@ def test_published_peak_matches_whole_model_names_only():
     assert nb.published_peak("NVIDIA L40S") is None
 
 
-def test_read_nvidia_smi_parses_a_real_subprocess(tmp_path, monkeypatch):
-    fake = tmp_path / "nvidia-smi"
-    fake.write_text(textwrap.dedent("""\
-        #!/bin/sh
-        if [ "$1" = "--query-gpu=name,driver_version,memory.total,compute_cap" ]; then
-          echo "Tesla T4, 580.65.06, 15360 MiB, 7.5"
-        else
-          echo "| NVIDIA-SMI 580.65.06      Driver Version: 580.65.06      CUDA Version: 13.0     |"
-        fi
-        """))
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    report = nb.read_nvidia_smi()
-    assert report["driver_version"] == "580.65.06"
-    assert report["cuda_version"] == "13.0"
-    assert report["gpus"][0]["name"] == "Tesla T4" and report["gpus"][0]["compute_cap"] == "7.5"
+# Tables a learner reads are rounded to digits that mean something.
+
+def test_speed_and_copy_tables_are_rounded():
+    speed = nb.speed_table({"cpu": 87.654321, "cuda": 7123.456789})
+    assert speed.loc["cpu"].tolist() == [88] and speed.loc["cuda"].tolist() == [7123]
+    copies = nb.copy_table({"pinned host -> GPU": 12.345678}, 256)
+    assert copies.iloc[0, 0] == 12.3
 
 
-def test_read_nvidia_smi_reports_a_failing_driver(tmp_path, monkeypatch):
-    fake = tmp_path / "nvidia-smi"
-    fake.write_text("#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"\nexit 9\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    report = nb.read_nvidia_smi()
-    assert "couldn't communicate" in report["error"]
-    assert "does not answer" in only(nb.diagnose(facts(nvidia_smi=report)))["title"]
+def test_datasheet_table_is_rounded():
+    table = nb.datasheet_table("Tesla T4", 4567.891)
+    row = table.iloc[0]
+    assert row["measured_TFLOP_per_s"] == 4.6 and row["published_TFLOP_per_s"] == 8.1
+    assert row["share_of_peak_pct"] == 56
+    assert nb.datasheet_table("NVIDIA L40S", 30000.0) is None
+
+
+# Step 6 without fastai: a plain message, not an ImportError.
+
+def test_step_6_is_skipped_with_a_message_without_fastai(monkeypatch):
+    [cell] = [source for source in code_cells(read(notebook_path("01")))
+              if "fastai.torch_core" in source and not source.startswith("#@title")]
+    monkeypatch.setitem(sys.modules, "fastai", None)  # `import fastai...` now raises ImportError
+    monkeypatch.setitem(sys.modules, "fastai.torch_core", None)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(cell, {"UNAVAILABLE": {"fastai"}, "device": torch.device("cpu"), "torch": torch})
+    assert printed.getvalue().startswith("Step 6 skipped: fastai")
+
+
+def test_every_code_line_fits_in_100_characters():
+    for source in code_cells(read(notebook_path("01"))):
+        for line in source.splitlines():
+            assert len(line) <= 100, line
