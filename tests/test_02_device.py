@@ -6,15 +6,18 @@ steps that raise torch.OutOfMemoryError above a size, and the cross-device load 
 `meta` device. The device choice (pick_device, from the shared setup cell) is tested once, in
 test_shared_setup.py.
 """
+import ast
 import math
 import pickle
+import re
 import weakref
 
+import pandas as pd
 import pytest
 import torch
 from torch import nn
 
-from notebook_code import load_helpers
+from notebook_code import load_helpers, notebook_path, read
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +40,8 @@ def step_that_fits_up_to(limit, tried=None):
 @pytest.mark.parametrize("limit", [1, 2, 3, 37, 300, 1000, 4095])
 def test_largest_batch_finds_the_exact_limit_in_few_tries(nb, limit):
     tried = []
-    largest, attempts = nb.largest_batch_that_fits(step_that_fits_up_to(limit, tried), torch.device("cpu"),
-                                                   start=1, max_batch=4096)
+    largest, attempts = nb.largest_batch_that_fits(step_that_fits_up_to(limit, tried),
+                                                   torch.device("cpu"), start=1, max_batch=4096)
     assert largest == limit
     assert [size for size, _ in attempts] == tried  # the log lists every call, in order
     assert all(fitted == (size <= limit) for size, fitted in attempts)
@@ -47,15 +50,16 @@ def test_largest_batch_finds_the_exact_limit_in_few_tries(nb, limit):
 
 
 def test_largest_batch_stops_at_the_cap_when_everything_fits(nb):
-    largest, attempts = nb.largest_batch_that_fits(step_that_fits_up_to(10**9), torch.device("cpu"),
-                                                   start=3, max_batch=100)
+    largest, attempts = nb.largest_batch_that_fits(step_that_fits_up_to(10**9),
+                                                   torch.device("cpu"), start=3, max_batch=100)
     assert largest == 100
     assert all(fitted for _, fitted in attempts)
     assert attempts[-1][0] == 100
 
 
 def test_largest_batch_is_zero_when_even_the_first_size_fails(nb):
-    largest, attempts = nb.largest_batch_that_fits(step_that_fits_up_to(3), torch.device("cpu"), start=8)
+    largest, attempts = nb.largest_batch_that_fits(step_that_fits_up_to(3), torch.device("cpu"),
+                                                   start=8)
     assert largest == 0
     assert attempts == [(8, False)]
 
@@ -69,10 +73,12 @@ def test_largest_batch_does_not_swallow_other_errors(nb):
 
 
 @pytest.mark.parametrize("device_type, expect_calls", [("cuda", True), ("cpu", False), ("mps", False)])
-def test_cuda_cache_is_emptied_after_each_failure_and_only_on_cuda(nb, monkeypatch, device_type, expect_calls):
+def test_cuda_cache_is_emptied_after_each_failure_and_only_on_cuda(nb, monkeypatch, device_type,
+                                                                  expect_calls):
     calls = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
-    _, attempts = nb.largest_batch_that_fits(step_that_fits_up_to(37), torch.device(device_type), max_batch=256)
+    _, attempts = nb.largest_batch_that_fits(step_that_fits_up_to(37), torch.device(device_type),
+                                             max_batch=256)
     failures = sum(not fitted for _, fitted in attempts)
     assert failures > 0
     assert len(calls) == (failures if expect_calls else 0)
@@ -128,7 +134,8 @@ def test_cpu_checkpoint_records_cpu_and_reloads_the_same_weights(nb, tmp_path):
 
 def test_load_weights_puts_the_model_on_the_requested_device(nb, tmp_path):
     path = nb.save_weights(make_model(seed=1), tmp_path / "weights.pt")  # saved on the CPU
-    loaded = nb.load_weights(make_model(seed=2), path, torch.device("meta"))  # a second device every install has
+    # `meta` is a second device every install has
+    loaded = nb.load_weights(make_model(seed=2), path, torch.device("meta"))
     assert nb.model_device(loaded) == torch.device("meta")
     assert {p.device.type for p in loaded.parameters()} == {"meta"}
 
@@ -170,12 +177,14 @@ def test_on_device_batches_cover_every_sample_once(nb):
     assert len(batches) == 3
     assert sorted(seen.tolist()) == list(range(10))
     for batch_inputs, batch_targets in batches:
-        assert torch.equal(batch_inputs.squeeze(1).long(), batch_targets)  # inputs stay paired with targets
+        # inputs stay paired with their targets
+        assert torch.equal(batch_inputs.squeeze(1).long(), batch_targets)
 
 
 def test_quadrant_images_are_brighter_in_the_labelled_quarter(nb):
     images, labels = nb.make_quadrant_images(400, 32, torch.Generator().manual_seed(0))
-    quarters = torch.stack([images[:, :, :16, :16], images[:, :, :16, 16:], images[:, :, 16:, :16], images[:, :, 16:, 16:]])
+    quarters = torch.stack([images[:, :, :16, :16], images[:, :, :16, 16:],
+                            images[:, :, 16:, :16], images[:, :, 16:, 16:]])
     brightest = quarters.mean(dim=(2, 3, 4)).argmax(dim=0)
     assert images.shape == (400, 3, 32, 32)
     assert (brightest == labels).float().mean() > 0.95
@@ -191,3 +200,259 @@ def test_train_epochs_lowers_the_loss_of_a_tiny_regression(nb):
     assert [row["epoch"] for row in rows] == [1, 2, 3]
     assert rows[-1]["loss"] < rows[0]["loss"] / 5
     assert all(row["seconds"] > 0 for row in rows)
+
+
+# --- issue 8: weights_only is much safer, not safe ----------------------------------------------------
+
+TORCH_LOAD_WARNING = "Never load data from an untrusted source"
+
+
+def notebook_text(kind):
+    """The sources of every cell of `kind` ('markdown' or 'code') of notebook 02, one string each."""
+    return [cell.source for cell in read(notebook_path("02")).cells if cell.cell_type == kind]
+
+
+def one_line(text):
+    """`text` with every run of white space (line breaks too) turned into one space."""
+    return " ".join(text.split())
+
+
+def test_the_quoted_torch_load_warning_is_pytorchs_own_wording():
+    assert TORCH_LOAD_WARNING in torch.load.__doc__
+    assert any(TORCH_LOAD_WARNING in one_line(text) for text in notebook_text("markdown"))
+
+
+def test_weights_only_is_never_called_safe():
+    """'much safer' is right; 'safe' or 'safely' next to weights_only is not (torch.load's own docs)."""
+    for text in notebook_text("markdown") + notebook_text("code"):
+        for sentence in re.split(r"(?<=[.;:!?])\s+", one_line(text)):
+            if "weights_only" not in sentence:
+                continue
+            claims = re.findall(r"\b(?:safe|safely)\b", sentence.replace("not safe", ""))
+            assert not claims, f"weights_only called safe: {sentence!r}"
+    markdown = " ".join(notebook_text("markdown"))
+    assert "much safer" in markdown and "untrusted" in markdown
+
+
+# --- issue 8: every table a learner reads is rounded --------------------------------------------------
+
+def test_readable_rounds_every_float_column_and_leaves_the_rest():
+    table = pd.DataFrame({"run": ["a", "b"], "ms": [37.500000001, 2.2512345], "count": [3, 4],
+                          "loss": [0.0123456, 1.3862944], "fitted": [True, False]})
+    shown = load_helpers("02").readable(table)
+    assert shown["ms"].tolist() == [37.5, 2.25]
+    assert shown["loss"].tolist() == [0.0123, 1.3863]
+    assert shown["run"].tolist() == ["a", "b"] and shown["count"].tolist() == [3, 4]
+    assert shown["fitted"].tolist() == [True, False]
+    assert table["ms"].iloc[0] == 37.500000001  # the caller's table is left alone
+    assert "37.500000" not in shown.to_string()
+
+
+def test_readable_copes_with_zeros_and_huge_values():
+    shown = load_helpers("02").readable(pd.DataFrame({"a": [0.0, 0.0], "b": [0.0, 123456.789]}))
+    assert shown["a"].tolist() == [0.0, 0.0]
+    assert shown["b"].tolist() == [0.0, 123457.0]
+
+
+def _displayed(statement):
+    """The expression a cell shows as its result, or None (a call to print, plt.show or display)."""
+    if not isinstance(statement, ast.Expr):
+        return None
+    if isinstance(statement.value, ast.Call) and ast.unparse(statement.value.func) in {
+            "print", "plt.show", "display"}:
+        return None
+    return statement.value
+
+
+def test_every_table_the_notebook_shows_goes_through_readable():
+    shown = 0
+    for source in notebook_text("code"):
+        tree = ast.parse(source)
+        results = [_displayed(tree.body[-1])] if tree.body else []
+        results += [call.args[0] for call in ast.walk(tree) if isinstance(call, ast.Call)
+                    and ast.unparse(call.func) == "display"]
+        for result in filter(None, results):
+            assert isinstance(result, ast.Call) and ast.unparse(result.func) == "readable", (
+                f"a cell shows {ast.unparse(result)!r} without rounding it through readable()")
+            shown += 1
+    assert shown >= 6  # creation times, three training tables, memory, tour, batch search
+
+
+def test_summarize_run_reports_milliseconds_per_epoch(nb):
+    rows = [{"epoch": 1, "loss": 2.0, "seconds": 0.5}, {"epoch": 2, "loss": 1.0, "seconds": 0.25},
+            {"epoch": 3, "loss": 0.5, "seconds": 0.75}]
+    assert nb.summarize_run("r", rows) == {"run": "r", "first_loss": 2.0, "last_loss": 0.5,
+                                           "ms_per_epoch": 500.0}
+
+
+# --- issue 8: code lines of at most 100 characters ----------------------------------------------------
+
+def test_every_code_line_is_at_most_100_characters():
+    for source in notebook_text("code"):
+        for line in source.splitlines():
+            assert len(line) <= 100, f"{len(line)} characters: {line!r}"
+
+
+# --- issue 8: the GPU-only branches, against PyTorch's documented API ---------------------------------
+
+def test_every_torch_cuda_call_exists_and_is_not_deprecated():
+    names = set()
+    for source in notebook_text("code"):
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "torch.cuda":
+                names.add(node.attr)
+    assert {"memory_allocated", "memory_reserved", "max_memory_allocated", "mem_get_info",
+            "reset_peak_memory_stats", "empty_cache"} <= names
+    for name in names:
+        function = getattr(torch.cuda, name)
+        assert not (function.__doc__ or "").lstrip().startswith("Deprecated"), name
+    assert torch.cuda.OutOfMemoryError is torch.OutOfMemoryError
+    assert issubclass(torch.OutOfMemoryError, RuntimeError)
+
+
+class FakeBlock:
+    """What the fake torch.empty returns: an object whose deletion the fake allocator notices."""
+
+
+class FakeCachingAllocator:
+    """Stands in for CUDA's caching allocator: blocks freed by `del` stay reserved until empty_cache."""
+
+    def __init__(self, live_mib=10, cached_mib=30, total_mib=15000):
+        self.allocated = live_mib * 2**20
+        self.reserved = (live_mib + cached_mib) * 2**20
+        self.peak = self.allocated
+        self.total = total_mib * 2**20
+
+    def empty(self, count, dtype=torch.float32, device=None):
+        size = count * torch.empty(0, dtype=dtype).element_size()
+        if self.reserved - self.allocated < size:  # the cache cannot serve it: ask the driver
+            self.reserved += size
+        self.allocated += size
+        self.peak = max(self.peak, self.allocated)
+        block = FakeBlock()
+        weakref.finalize(block, self.free, size)
+        return block
+
+    def free(self, size):
+        self.allocated -= size
+
+    def install(self, monkeypatch):
+        real_empty = torch.empty
+        monkeypatch.setattr(torch, "empty", lambda *shape, **kw: (
+            self.empty(shape[0], kw.get("dtype", torch.float32), kw["device"])
+            if "device" in kw and torch.device(kw["device"]).type == "cuda" else real_empty(*shape, **kw)))
+        cuda = {"memory_allocated": lambda device=None: self.allocated,
+                "memory_reserved": lambda device=None: self.reserved,
+                "max_memory_allocated": lambda device=None: self.peak,
+                "reset_peak_memory_stats": lambda device=None: setattr(self, "peak", self.allocated),
+                "empty_cache": lambda: setattr(self, "reserved", self.allocated),
+                "mem_get_info": lambda device=None: (self.total - self.reserved, self.total)}
+        for name, fake in cuda.items():
+            monkeypatch.setattr(torch.cuda, name, fake)
+
+        def deprecated(*args, **kwargs):
+            raise AssertionError("memory_cached is deprecated: use memory_reserved")
+        monkeypatch.setattr(torch.cuda, "memory_cached", deprecated)
+
+
+def test_memory_walkthrough_shows_allocated_reserved_and_peak_as_cuda_does(nb, monkeypatch):
+    FakeCachingAllocator(live_mib=10, cached_mib=30).install(monkeypatch)
+    table = nb.memory_walkthrough(torch.device("cuda"), size_mib=256)
+    assert table["moment"].tolist() == ["start", "after allocating 256 MiB", "after del",
+                                        "after empty_cache()"]
+    assert table["allocated_MiB"].tolist() == [10, 266, 10, 10]
+    assert table["reserved_MiB"].tolist() == [10, 266, 266, 10]  # the cache is emptied at the start
+    assert table["peak_allocated_MiB"].tolist() == [10, 266, 266, 266]
+    assert table["gpu_total_MiB"].tolist() == [15000] * 4
+    assert table["gpu_free_MiB"].tolist() == [14990, 14734, 14734, 14990]
+
+
+def test_memory_story_reads_the_numbers_of_its_table(nb, monkeypatch):
+    FakeCachingAllocator(live_mib=10, cached_mib=30).install(monkeypatch)
+    story = " ".join(nb.memory_story(nb.memory_walkthrough(torch.device("cuda"))).split())
+    assert "rose allocated_MiB by 256.0 and reserved_MiB by 256.0" in story
+    assert "allocated_MiB fell by 256.0 while reserved_MiB fell by 0.0" in story
+    assert "handed 256.0 MiB back" in story
+    assert "14,990.0 of 15,000.0 MiB free" in story
+
+
+@pytest.mark.parametrize("cuda_available", [False, True])
+def test_gpu_checkpoint_error_is_pytorchs_own_and_only_without_cuda(nb, monkeypatch, cuda_available):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda_available)
+    error = nb.gpu_checkpoint_error()
+    if cuda_available:
+        assert error is None  # with CUDA the checkpoint loads: nothing is tried
+    else:
+        assert isinstance(error, RuntimeError) and "map_location" in str(error)
+
+
+def test_search_story_labels_measured_and_simulated_results(nb, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 14000 * 2**20)
+    attempts = [(1, True), (2, True), (4, False), (3, True)]
+    measured = " ".join(nb.search_story(3, attempts, torch.device("cuda"), 4096).split())
+    assert measured.startswith("MEASURED on Tesla T4: the largest batch that fits is 3 images.")
+    assert "Peak allocated: 14,000 MiB" in measured and "4 tries" in measured
+    capped = nb.search_story(4096, attempts, torch.device("cuda"), 4096)
+    assert "the cap" in capped
+    simulated = nb.search_story(300, attempts, torch.device("cpu"), 4096)
+    assert simulated.startswith("SIMULATION") and "MEASURED" not in simulated
+
+
+def test_training_step_for_the_search_runs_forward_and_backward(nb):
+    step = nb.make_training_step(torch.device("cpu"), image_side=16)
+    step(2)  # must not raise: the same function runs on a CUDA GPU with 224x224 images
+
+
+def test_feeding_story_says_what_each_device_shows(nb):
+    runs = pd.DataFrame({
+        "run": ["regression, data on device, DataLoader", "regression, data on device, sliced batches",
+                "regression, data on CPU, moved per batch", "CNN, data on device, sliced batches",
+                "CNN, data on CPU, moved per batch"],
+        "first_loss": [8.0, 8.0, 8.0, 1.41, 1.42], "last_loss": [0.5, 0.5, 0.5, 0.3, 0.4],
+        "ms_per_epoch": [40.0, 10.0, 120.0, 50.0, 90.0]})
+    on_cpu = " ".join(nb.feeding_story(runs, torch.device("cpu")).split())
+    assert "Every run's loss went down." in on_cpu
+    assert "DataLoader took 4.0x" in on_cpu and "nothing is copied" in on_cpu
+    assert "from 1.41 to 0.30" in on_cpu
+    on_gpu = " ".join(nb.feeding_story(runs, torch.device("cuda")).split())
+    assert "took 3.0x the time per epoch of the same DataLoader" in on_gpu
+    assert "nothing is copied" not in on_gpu
+    stuck = runs.assign(last_loss=[0.5, 9.0, 0.5, 0.3, 0.4])
+    assert "did NOT go down in: regression, data on device, sliced batches" in " ".join(
+        nb.feeding_story(stuck, torch.device("cpu")).split())
+
+
+# --- issue 12: learner first ---------------------------------------------------------------------------
+
+BANNED_PHRASES = ["here, on a", "here it printed", "on this machine", "here they say", "here both say",
+                  "measured here", "in a full run on this", "here, without"]
+
+
+def test_prose_never_says_what_here_printed():
+    for text in notebook_text("markdown"):
+        for phrase in BANNED_PHRASES:
+            assert phrase not in text.lower(), f"{phrase!r} in: {text[:80]!r}"
+
+
+def _visible_code_cells():
+    return [source for source in notebook_text("code") if not source.startswith("#@title")]
+
+
+def test_visible_code_is_short():
+    sizes = [sum(1 for line in source.splitlines() if line.strip()) for source in _visible_code_cells()]
+    assert sum(sizes) <= 250
+    assert max(sizes) <= 16
+
+
+def test_core_ends_in_the_summary_and_going_deeper_holds_the_rest():
+    headings = [line for text in notebook_text("markdown") for line in text.splitlines()
+                if line.startswith("#")]
+    names = [heading.lstrip("#").strip() for heading in headings]
+    summary, deeper = names.index("Summary"), names.index("Going deeper")
+    exercises, learn_more = names.index("Exercises"), names.index("Learn more")
+    assert summary < deeper < exercises < learn_more
+    core = " ".join(names[:summary]).lower()
+    going_deeper = " ".join(names[deeper:exercises]).lower()
+    for topic in ("architectures", "largest batch", "loading across devices works", "more than one gpu"):
+        assert topic in going_deeper and topic not in core, topic
