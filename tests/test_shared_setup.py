@@ -105,7 +105,7 @@ def fake_versions(installed):
     return version
 
 
-PACKAGES = {"torch": ("2.6", None), "fastai": ("2.8.9", "Step 6 is skipped")}
+PACKAGES = {"torch": ("2.6", None), "fastai": ("2.8.5", "Step 6 is skipped")}
 
 
 def test_package_problems_finds_the_missing_and_the_too_old():
@@ -145,3 +145,58 @@ def test_setup_stopped_renders_as_its_message_alone():
 
 def test_all_ready_is_one_line():
     assert nb.setup_report({}, PACKAGES, hosted=True) == "Packages ready: torch, fastai"
+
+
+# fastai and its helper packages: the version sets below were each run through notebook 03 (fast mode).
+COLAB = {"fastai": "2.8.8", "fastcore": "2.2.12", "fasttransform": "0.0.2", "plum-dispatch": "2.9.0"}
+KAGGLE = {"fastai": "2.8.7", "fastcore": "1.14.5", "fasttransform": "0.0.2", "plum-dispatch": "2.9.0"}
+TODAY = {"fastai": "2.8.12", "fastcore": "2.2.39", "fasttransform": "0.0.5", "plum-dispatch": "2.9.0"}
+
+
+@pytest.mark.parametrize("versions", [COLAB, KAGGLE, TODAY, {**KAGGLE, "fastai": "2.8.5"}],
+                         ids=["colab", "kaggle", "pip-today", "fastai-2.8.5-fastcore-1"])
+def test_the_fastai_sets_that_ran_notebook_03_are_accepted(versions):
+    packages = {"torch": ("2.6", None), "fastai": ("2.8.5", None)}
+    assert nb.package_problems(packages, fake_versions({"torch": "2.11.0+cu128", **versions})) == {}
+
+
+@pytest.mark.parametrize("versions, why", [
+    ({**TODAY, "fastai": "2.8.9"}, "fasttransform 0.0.5"),    # RecursionError building the DataLoaders
+    ({**TODAY, "fastai": "2.8.11"}, "lacks an import"),       # NameError: tvpad, when resizing
+    ({**KAGGLE, "fastcore": "2.2.39"}, "fastcore 2.2.39"),    # TypeError in parent_label
+    ({**COLAB, "plum-dispatch": "2.10.1"}, "plum-dispatch"),  # cannot pickle '_thread.RLock' on export
+], ids=["2.8.9-today", "2.8.11", "2.8.7-fastcore-2", "2.8.8-plum-2.10"])
+def test_the_fastai_sets_that_crashed_notebook_03_are_fixed_by_installing_a_new_fastai(versions, why):
+    packages = {"fastai": ("2.8.5", None)}
+    problems = nb.package_problems(packages, fake_versions(versions))
+    assert why in problems["fastai"]
+    assert nb.install_spec("fastai", packages) == "fastai>=2.8.12"
+    assert nb.install_spec("ddgs", {"ddgs": ("9.0", "no search")}) == "ddgs>=9.0"
+
+
+def test_synchronize_waits_for_apples_gpu_on_every_supported_pytorch(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: calls.append("mps"))
+    monkeypatch.setattr(torch.accelerator, "synchronize", lambda device=None: calls.append("accelerator"))
+    nb.synchronize(torch.device("mps"))
+    assert calls == ["mps"]  # torch.accelerator.synchronize does nothing for MPS before PyTorch 2.7
+
+
+def test_the_benchmark_clock_synchronizes_before_every_reading(monkeypatch):
+    nb01 = load_helpers("01")
+    calls = []
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: calls.append("mps"))
+    clock = nb01.synchronized_clock(torch.device("mps"))
+    first, second = clock(), clock()
+    assert calls == ["mps", "mps"] and second >= first
+
+
+def test_every_benchmark_timer_in_the_notebooks_gets_the_synchronizing_clock():
+    import ast
+    from notebook_code import NOTEBOOKS, code_cells, read
+    for path in NOTEBOOKS:
+        for source in code_cells(read(path)):
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("benchmark.Timer"):
+                    keywords = {kw.arg for kw in node.keywords}
+                    assert "timer" in keywords, f"{path.name}: Timer without timer=: {ast.unparse(node)}"
