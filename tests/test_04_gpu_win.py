@@ -204,7 +204,8 @@ def test_overlapping_fit_recovers_known_parameters(overhead_s, flop_per_s):
     assert fitted_overhead == pytest.approx(overhead_s, rel=1e-6)
     assert fitted_throughput == pytest.approx(flop_per_s, rel=1e-6)
     summed = nb.fit_cost_model(LAUNCHES, FLOPS, seconds)  # the CPU's model gets them wrong
-    assert summed[0] != pytest.approx(overhead_s, rel=0.05) or summed[1] != pytest.approx(flop_per_s, rel=0.05)
+    assert (summed[0] != pytest.approx(overhead_s, rel=0.05)
+            or summed[1] != pytest.approx(flop_per_s, rel=0.05))
 
 
 def test_overlapping_fit_tolerates_noise():
@@ -354,3 +355,107 @@ def test_code_lines_are_at_most_100_characters():
         if cell.cell_type == "code":
             for line in cell.source.splitlines():
                 assert len(line) <= 100, line
+
+
+# --- issue 12: the cells print their own reading of their own numbers ---------------------------------
+
+def test_cold_warm_sentence_reads_the_numbers():
+    cold = nb.describe_cold_warm("cuda", cold_s=0.9, warm_s=0.03)
+    assert "900 ms" in cold and "30.0 times" in cold and "start-up" in cold
+    cpu = nb.describe_cold_warm("cpu", cold_s=0.047, warm_s=0.026)
+    assert "47 ms" in cpu and "1.8 times" in cpu and "On a GPU" in cpu
+    again = nb.describe_cold_warm("cpu", cold_s=0.026, warm_s=0.026)
+    assert "no real start-up cost" in again
+
+
+def test_timing_curve_sentence_finds_the_flat_part_and_the_growth():
+    params = [22, 70, 230, 806, 2982, 11430, 44710, 176806, 703142, 2804390, 11201190]
+    seconds = [0.63, 0.74, 0.8, 0.9, 1.0, 1.2, 1.9, 3.5, 10.0, 25.0, 101.0]  # like the reference run
+    sentence = nb.describe_timing_curve("cpu", params, seconds)
+    assert "from 22 to 11,430 parameters (520 times more)" in sentence
+    assert "4.0 times the parameters, 4.0 times the time" in sentence and "nearly in proportion" in sentence
+    flat = nb.describe_timing_curve("cuda", params, [1.0] * 10 + [1.5])
+    assert "over the whole range" in flat
+    steep = nb.describe_timing_curve("cpu", [10, 100, 1000], [1.0, 5.0, 9.0])
+    assert "grows from the smallest model on" in steep and "less than in proportion" in steep
+
+
+def test_accuracy_sentence_separates_learned_and_stuck_models():
+    sentence = nb.describe_accuracy([2, 3, 9, 10], [97.1, 92.0, 52.1, 51.5], majority_pct=52.1)
+    assert sentence.startswith("The models with 2, 3 layers learned (92.0 to 97.1 % right)")
+    assert "9, 10 layers did not (at most 52.1 %" in sentence
+    assert "did not" not in nb.describe_accuracy([2, 4], [80.0, 90.0], majority_pct=52.1)
+
+
+def test_fix_sentence_names_the_best_and_the_stuck():
+    sentence = nb.describe_fixes({"article": 52.1, "smaller step": 52.0, "He init": 97.0}, 52.1)
+    assert sentence.startswith("Best: He init, 97.0 % right.")
+    assert "article; smaller step" in sentence
+
+
+def test_layer_report_sentence():
+    report = pd.DataFrame({"spread": [0.3, 0.1, 0.03, 0.01, 0.003], "dead_pct": [0, 40, 45, 50, math.nan]})
+    sentence = nb.describe_layer_report(report)
+    assert "factor of 3.2 per layer" in sentence  # (0.3 / 0.003) ** (1 / 4) and "0.003" in sentence
+    assert "layers 3 to 4, 45 to 50 %" in sentence
+
+
+def test_fit_sentence_compares_with_step_4():
+    cpu = nb.describe_fit("cpu", False, (24e-6, 68e9), (26e-6, 133e9))
+    assert "24.0 µs" in cpu and "0.9 times the 26.0 µs" in cpu and "0.51 times" in cpu
+    assert "100 rows" in cpu
+    gpu = nb.describe_fit("cuda", True, (10e-6, math.inf), (12e-6, 8e12))
+    assert "larger of the two" in gpu and "launch-bound" in gpu and "GFLOP" not in gpu
+
+
+def test_break_even_sentence():
+    assert "500,000 FLOPs" in nb.describe_break_even(CPU, GPU, "cuda")
+    assert "every model" in nb.describe_break_even(CPU, (1e-6, 8e12), "cuda")
+    assert "never catches up" in nb.describe_break_even(CPU, (10e-6, 1e10), "cuda")
+    cpu_only = nb.describe_break_even(CPU)
+    assert "100,000 FLOPs per operation" in cpu_only  # 1 µs × 100 GFLOP/s
+
+
+def test_batch_sentence():
+    slowdown = pd.Series([7.6, 5.0, 1.3], index=[2, 6, 10])
+    sentence = nb.describe_batch_effect("cpu", slowdown)
+    assert "7.6 times" in sentence and "2-layer" in sentence and "1.3 times for the 10-layer" in sentence
+    assert "other programs" not in sentence
+    assert "other programs" in nb.describe_batch_effect("cpu", pd.Series([151.0, 4.9], index=[2, 6]))
+
+
+# --- issue 12: the notebook's shape: a short core ending in its Summary, then Going deeper ------------
+
+def _cells():
+    return read(notebook_path("04")).cells
+
+
+def test_core_ends_with_the_summary_then_going_deeper():
+    headings = [line for cell in _cells() if cell.cell_type == "markdown"
+                for line in cell.source.splitlines() if line.startswith("## ")]
+    names = [heading.split("·")[0].strip("# ").strip() for heading in headings]
+    summary, deeper = names.index("Summary"), names.index("Going deeper")
+    assert deeper == summary + 1
+    assert [n for n in names[:summary] if n.startswith("Step")] == [f"Step {k}" for k in range(1, 7)]
+    assert [n for n in names[deeper:] if n.startswith("Step")] == ["Step 7", "Step 8", "Step 9"]
+    assert names[-2:] == ["Exercises", "Learn more"]
+
+
+def test_visible_code_is_short():
+    visible = [cell.source for cell in _cells()
+               if cell.cell_type == "code" and not cell.source.startswith("#@title")]
+    lines = [sum(1 for line in source.splitlines() if line.strip()) for source in visible]
+    assert sum(lines) <= 250, sum(lines)
+    assert max(lines) <= 16, max(lines)
+
+
+BANNED = ["here, on a", "here it printed", "on this machine", "here they say", "here both say",
+          "measured here", "in a full run on this", "here, without", "on the cpu here",
+          "at full size here", "in the full-size run here"]
+
+
+def test_prose_does_not_say_what_here_printed():
+    for cell in _cells():
+        if cell.cell_type == "markdown":
+            for phrase in BANNED:
+                assert phrase not in cell.source.lower(), (phrase, cell.source[:80])
