@@ -5,6 +5,7 @@ literal constants. Nothing here needs a GPU. The shared timing function `time_it
 test_shared_setup.py.
 """
 import math
+import time
 
 import numpy as np
 import pandas as pd
@@ -12,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from notebook_code import REPO, load_helpers
+from notebook_code import REPO, load_helpers, notebook_path, read
 
 nb = load_helpers("04")
 
@@ -133,13 +134,98 @@ def test_cost_model_fit_with_no_arithmetic_term_never_goes_negative():
 
 def test_break_even_makes_both_devices_equally_fast():
     cpu, gpu = (40e-6, 30e9), (80e-6, 10e12)
-    flops_per_launch = nb.break_even_flops_per_launch(*cpu, *gpu)
-    launches = 100
-    cpu_s = nb.predict_step_seconds(launches, launches * flops_per_launch, *cpu)
-    gpu_s = nb.predict_step_seconds(launches, launches * flops_per_launch, *gpu)
-    assert cpu_s == pytest.approx(gpu_s)
-    assert nb.break_even_flops_per_launch(40e-6, 30e9, 80e-6, 10e9) == math.inf  # slower and costlier: never
-    assert nb.break_even_flops_per_launch(40e-6, 30e9, 20e-6, 10e12) == 0.0  # cheaper and faster: always
+    for overlap in (False, True):
+        flops_per_launch = nb.break_even_flops_per_launch(*cpu, *gpu, overlap_b=overlap)
+        launches = 100
+        cpu_s = nb.predict_step_seconds(launches, launches * flops_per_launch, *cpu)
+        gpu_s = nb.predict_step_seconds(launches, launches * flops_per_launch, *gpu, overlap)
+        assert cpu_s == pytest.approx(gpu_s)
+        # slower and costlier: never; cheaper and faster: from the start
+        assert nb.break_even_flops_per_launch(40e-6, 30e9, 80e-6, 10e9, overlap_b=overlap) == math.inf
+        assert nb.break_even_flops_per_launch(40e-6, 30e9, 20e-6, 10e12, overlap_b=overlap) == 0.0
+
+
+# --- issue 8 (4a): on a GPU launches and arithmetic overlap, so a step costs the larger of the two ------
+
+GPU = (10e-6, 8e12)  # made up: 10 µs per launch, 8 TFLOP/s
+CPU = (5e-6, 100e9)  # made up: 5 µs per launch, 100 GFLOP/s
+
+
+def test_which_devices_overlap_launches_and_arithmetic():
+    assert not nb.launch_and_arithmetic_overlap(torch.device("cpu"))
+    assert nb.launch_and_arithmetic_overlap(torch.device("cuda"))
+    assert nb.launch_and_arithmetic_overlap("mps")
+
+
+def test_gpu_step_costs_the_larger_of_launches_and_arithmetic():
+    # 50 launches: 500 µs of launch overhead. 1e9 FLOPs at 8 TFLOP/s: 125 µs. The step: 500 µs.
+    assert nb.predict_step_seconds(50, 1e9, *GPU, overlap=True) == pytest.approx(500e-6)
+    assert nb.predict_step_seconds(50, 1e10, *GPU, overlap=True) == pytest.approx(1.25e-3)
+    assert nb.predict_step_seconds(50, 1e9, *GPU) == pytest.approx(625e-6)  # the CPU's sum
+    assert nb.predict_step_seconds(50, 1e9, *CPU) == pytest.approx(250e-6 + 10e-3)
+
+
+def test_break_even_with_an_overlapping_gpu():
+    # The GPU is launch-bound near the break-even: it wins once the CPU's time per launch exceeds
+    # 10 µs, i.e. 5 µs of CPU arithmetic = 500,000 FLOPs at 100 GFLOP/s.
+    flops = nb.break_even_flops_per_launch(*CPU, *GPU)
+    assert flops == pytest.approx(500_000, rel=1e-9)
+    adding = nb.break_even_flops_per_launch(*CPU, *GPU, overlap_b=False)  # both add their costs
+    assert adding == pytest.approx(5e-6 / (1 / 100e9 - 1 / 8e12))
+    assert abs(adding - flops) > 5000
+    for factor, gpu_faster in [(0.9, False), (1.1, True), (100, True), (1e4, True)]:
+        cpu_s = nb.predict_step_seconds(20, 20 * factor * flops, *CPU)
+        gpu_s = nb.predict_step_seconds(20, 20 * factor * flops, *GPU, overlap=True)
+        assert (gpu_s < cpu_s) == gpu_faster, factor
+
+
+def test_break_even_in_other_cases():
+    # A device with cheaper launches (1 µs) and a higher throughput than the CPU: faster from the start.
+    assert nb.break_even_flops_per_launch(5e-6, 1e11, 1e-6, 2e11) == 0.0
+    # If the CPU overlapped as well, its time per launch would be max(5 µs, f / 1e11), which
+    # reaches the GPU's 10 µs at f = 1,000,000 FLOPs.
+    assert nb.break_even_flops_per_launch(*CPU, *GPU, overlap_a=True) == pytest.approx(1e6)
+
+
+def synthetic_overlapping_seconds(overhead_s, flop_per_s, launches, flops):
+    return np.maximum(np.multiply(launches, overhead_s), np.divide(flops, flop_per_s))
+
+
+LAUNCHES = [18, 34, 50, 66, 82, 98]
+FLOPS = [1e5, 1e7, 1e8, 1e9, 1e10, 1e11]
+
+
+@pytest.mark.parametrize("overhead_s, flop_per_s", [GPU, (20e-6, 2e12), (4e-6, 3e12)])
+def test_overlapping_fit_recovers_known_parameters(overhead_s, flop_per_s):
+    seconds = synthetic_overlapping_seconds(overhead_s, flop_per_s, LAUNCHES, FLOPS)
+    launch_bound = np.multiply(LAUNCHES, overhead_s) >= np.divide(FLOPS, flop_per_s)
+    assert 1 < launch_bound.sum() < len(LAUNCHES) - 1  # both regimes in the data
+    fitted_overhead, fitted_throughput = nb.fit_cost_model(LAUNCHES, FLOPS, seconds, overlap=True)
+    assert fitted_overhead == pytest.approx(overhead_s, rel=1e-6)
+    assert fitted_throughput == pytest.approx(flop_per_s, rel=1e-6)
+    summed = nb.fit_cost_model(LAUNCHES, FLOPS, seconds)  # the CPU's model gets them wrong
+    assert (summed[0] != pytest.approx(overhead_s, rel=0.05)
+            or summed[1] != pytest.approx(flop_per_s, rel=0.05))
+
+
+def test_overlapping_fit_tolerates_noise():
+    seconds = synthetic_overlapping_seconds(*GPU, LAUNCHES, FLOPS)
+    seconds = seconds * (1 + 0.05 * np.random.default_rng(0).uniform(-1, 1, len(seconds)))
+    fitted_overhead, fitted_throughput = nb.fit_cost_model(LAUNCHES, FLOPS, seconds, overlap=True)
+    assert fitted_overhead == pytest.approx(GPU[0], rel=0.1)
+    assert fitted_throughput == pytest.approx(GPU[1], rel=0.1)
+
+
+def test_overlapping_fit_when_every_model_is_launch_bound():
+    # The notebook's sweep on a GPU with 10 µs launches and 8 TFLOP/s: every depth is launch-bound,
+    # so the data say nothing about the throughput. The fit says so: no arithmetic term at all.
+    launches = [nb.launches_per_step(depth) for depth in DEPTHS]
+    flops = [nb.step_flops(depth) for depth in DEPTHS]
+    seconds = synthetic_overlapping_seconds(*GPU, launches, flops)
+    assert np.allclose(seconds, np.multiply(launches, GPU[0]))
+    fitted_overhead, fitted_throughput = nb.fit_cost_model(launches, flops, seconds, overlap=True)
+    assert fitted_overhead == pytest.approx(GPU[0], rel=1e-9)
+    assert fitted_throughput == math.inf
 
 
 # --- why deep models do not learn ---------------------------------------------------------------------------
@@ -180,3 +266,199 @@ def test_reference_results_are_a_full_size_cpu_run():
     assert (table.epochs == 100).all() and (table.batch_size == 100).all()
     assert table.params.tolist() == [expected_parameters(depth) for depth in range(2, 13)]
     assert (table.s_per_100_epochs > 0).all() and table.accuracy_pct.between(0, 100).all()
+
+
+# --- issue 8 (4b): naive versus synchronized timing of work long enough to show the difference ----------
+
+def test_sync_demo_uses_a_large_product_on_a_gpu():
+    assert nb.sync_demo_size(torch.device("cpu")) < nb.sync_demo_size(torch.device("cuda")) == 4096
+    assert nb.sync_demo_size("mps") >= 4096
+    assert 2 * nb.sync_demo_size("cuda") ** 3 > 1e11  # over 100 GFLOPs: milliseconds on any GPU
+
+
+def test_sync_demo_reads_its_own_numbers():
+    gpu = nb.describe_sync_demo("cuda", naive_s=20e-6, synchronized_s=25e-3)
+    assert "1,250 times too small" in gpu and "queued" in gpu
+    short = nb.describe_sync_demo("cuda", naive_s=20e-6, synchronized_s=25e-6)
+    assert "too small" not in short and "25%" in short
+    cpu = nb.describe_sync_demo("cpu", naive_s=30e-3, synchronized_s=31e-3)
+    assert "agree within 3%" in cpu and "synchronous" in cpu
+    busy = nb.describe_sync_demo("cpu", naive_s=30e-3, synchronized_s=60e-3)
+    assert "agree" not in busy and "noise" in busy
+
+
+# --- Timer synchronizes MPS only from PyTorch 2.9: the notebook's timed statement synchronizes itself ---
+
+@pytest.mark.parametrize("accelerator", ["mps", "xpu"])
+def test_benchmark_timer_synchronizes_an_accelerator_after_every_run(monkeypatch, accelerator):
+    events = []
+    monkeypatch.setattr(torch.accelerator, "synchronize", lambda device=None: events.append("sync"))
+    timer = nb.benchmark_timer(lambda: events.append("run"), torch.device(accelerator))
+    timer.timeit(number=5)
+    runs = [index for index, event in enumerate(events) if event == "run"]
+    assert len(runs) >= 5
+    # every run is followed by a synchronize before anything else (on a machine with an accelerator,
+    # Timer's own clock may synchronize as well: extra "sync" events are fine)
+    assert all(index + 1 < len(events) and events[index + 1] == "sync" for index in runs), events
+
+
+def test_benchmark_timer_on_the_cpu_measures_the_work(monkeypatch):
+    synced = []
+    monkeypatch.setattr(torch.accelerator, "synchronize", lambda device=None: synced.append(device))
+    measurement = nb.benchmark_timer(lambda: time.sleep(0.002), torch.device("cpu")).timeit(number=3)
+    assert measurement.median >= 0.002 and synced == []  # the CPU needs no synchronize
+
+
+# --- issue 8 (4c): the range of FLOPs per operation comes from the formulas, not from the prose ----------
+
+def test_flops_per_launch_sentence_matches_the_formulas():
+    depths = list(range(2, 13))
+    per_launch = [nb.step_flops(d) / nb.launches_per_step(d) for d in depths]
+    sentence = nb.describe_flops_per_launch(depths, per_launch)
+    assert f"{per_launch[0]:,.0f}" in sentence and f"{per_launch[-1]:,.0f}" in sentence
+    assert per_launch[0] == pytest.approx(9600 / 18)  # 533: not "about a hundred"
+    assert per_launch[-1] > 1e7  # tens of millions: not "millions"
+    growth = (per_launch[-1] / per_launch[0]) ** (1 / 10)
+    assert f"about {growth:.1f} times" in sentence
+
+
+def test_prose_does_not_state_the_wrong_flops_range():
+    markdown = " ".join(cell.source for cell in read(notebook_path("04")).cells
+                        if cell.cell_type == "markdown")
+    assert "about a hundred for the 2-layer model" not in markdown
+
+
+# --- issue 8 (4d): the tables a learner reads are rounded ------------------------------------------------
+
+def test_readable_rounds_floats_to_three_significant_digits():
+    table = pd.DataFrame({"name": ["a", "b", "c"], "params": [22, 70, 11_201_190],
+                          "dead_pct": [37.50000059604645, 0.0, math.nan],
+                          "spread": [0.27203512, 0.000105861, 12345.678]})
+    shown = nb.readable(table)
+    assert shown.dead_pct.tolist()[:2] == [37.5, 0.0] and math.isnan(shown.dead_pct.iloc[2])
+    assert shown.spread.tolist() == [0.272, 0.000106, 12300.0]
+    assert shown.params.tolist() == [22, 70, 11_201_190] and shown.name.tolist() == ["a", "b", "c"]
+    assert "37.500000" not in shown.to_string()
+    columns = nb.readable(pd.DataFrame({10: [1.23456], 100: [0.5]}))  # number names, as in a pivot
+    assert columns[10].tolist() == [1.23]
+
+
+def test_layer_report_prints_rounded_percentages():
+    points, _ = nb.generate_disc_set(1000, torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    report = nb.layer_report(nb.create_model(10), nb.normalize(points))
+    dead = report.dead_pct.dropna()
+    assert (dead == dead.round(1)).all(), dead.tolist()
+
+
+# --- issue 8 (5): every code line fits in 100 characters ---------------------------------------------
+
+def test_code_lines_are_at_most_100_characters():
+    for cell in read(notebook_path("04")).cells:
+        if cell.cell_type == "code":
+            for line in cell.source.splitlines():
+                assert len(line) <= 100, line
+
+
+# --- issue 12: the cells print their own reading of their own numbers ---------------------------------
+
+def test_cold_warm_sentence_reads_the_numbers():
+    cold = nb.describe_cold_warm("cuda", cold_s=0.9, warm_s=0.03)
+    assert "900 ms" in cold and "30.0 times" in cold and "start-up" in cold
+    cpu = nb.describe_cold_warm("cpu", cold_s=0.047, warm_s=0.026)
+    assert "47 ms" in cpu and "1.8 times" in cpu and "On a GPU" in cpu
+    again = nb.describe_cold_warm("cpu", cold_s=0.026, warm_s=0.026)
+    assert "no real start-up cost" in again
+
+
+def test_timing_curve_sentence_finds_the_flat_part_and_the_growth():
+    params = [22, 70, 230, 806, 2982, 11430, 44710, 176806, 703142, 2804390, 11201190]
+    seconds = [0.63, 0.74, 0.8, 0.9, 1.0, 1.2, 1.9, 3.5, 10.0, 25.0, 101.0]  # like the reference run
+    sentence = nb.describe_timing_curve("cpu", params, seconds)
+    assert "from 22 to 11,430 parameters (520 times more)" in sentence
+    assert "4.0 times the parameters, 4.0 times the time" in sentence and "nearly in proportion" in sentence
+    flat = nb.describe_timing_curve("cuda", params, [1.0] * 10 + [1.5])
+    assert "over the whole range" in flat
+    steep = nb.describe_timing_curve("cpu", [10, 100, 1000], [1.0, 5.0, 9.0])
+    assert "grows from the smallest model on" in steep and "less than in proportion" in steep
+
+
+def test_accuracy_sentence_separates_learned_and_stuck_models():
+    sentence = nb.describe_accuracy([2, 3, 9, 10], [97.1, 92.0, 52.1, 51.5], majority_pct=52.1)
+    assert sentence.startswith("The models with 2, 3 layers learned (92.0 to 97.1 % right)")
+    assert "9, 10 layers did not (at most 52.1 %" in sentence
+    assert "did not" not in nb.describe_accuracy([2, 4], [80.0, 90.0], majority_pct=52.1)
+
+
+def test_fix_sentence_names_the_best_and_the_stuck():
+    sentence = nb.describe_fixes({"article": 52.1, "smaller step": 52.0, "He init": 97.0}, 52.1)
+    assert sentence.startswith("Best: He init, 97.0 % right.")
+    assert "article; smaller step" in sentence
+
+
+def test_layer_report_sentence():
+    report = pd.DataFrame({"spread": [0.3, 0.1, 0.03, 0.01, 0.003], "dead_pct": [0, 40, 45, 50, math.nan]})
+    sentence = nb.describe_layer_report(report)
+    assert "factor of 3.2 per layer" in sentence  # (0.3 / 0.003) ** (1 / 4) and "0.003" in sentence
+    assert "layers 3 to 4, 45 to 50 %" in sentence
+
+
+def test_fit_sentence_compares_with_step_4():
+    cpu = nb.describe_fit("cpu", False, (24e-6, 68e9), (26e-6, 133e9))
+    assert "24.0 µs" in cpu and "0.9 times the 26.0 µs" in cpu and "0.51 times" in cpu
+    assert "100 rows" in cpu
+    gpu = nb.describe_fit("cuda", True, (10e-6, math.inf), (12e-6, 8e12))
+    assert "larger of the two" in gpu and "launch-bound" in gpu and "GFLOP" not in gpu
+
+
+def test_break_even_sentence():
+    assert "500,000 FLOPs" in nb.describe_break_even(CPU, GPU, "cuda")
+    assert "every model" in nb.describe_break_even(CPU, (1e-6, 8e12), "cuda")
+    assert "never catches up" in nb.describe_break_even(CPU, (10e-6, 1e10), "cuda")
+    cpu_only = nb.describe_break_even(CPU)
+    assert "100,000 FLOPs per operation" in cpu_only  # 1 µs × 100 GFLOP/s
+
+
+def test_batch_sentence():
+    slowdown = pd.Series([7.6, 5.0, 1.3], index=[2, 6, 10])
+    sentence = nb.describe_batch_effect("cpu", slowdown)
+    assert "7.6 times" in sentence and "2-layer" in sentence and "1.3 times for the 10-layer" in sentence
+    assert "other programs" not in sentence
+    assert "other programs" in nb.describe_batch_effect("cpu", pd.Series([151.0, 4.9], index=[2, 6]))
+
+
+# --- issue 12: the notebook's shape: a short core ending in its Summary, then Going deeper ------------
+
+def _cells():
+    return read(notebook_path("04")).cells
+
+
+def test_core_ends_with_the_summary_then_going_deeper():
+    headings = [line for cell in _cells() if cell.cell_type == "markdown"
+                for line in cell.source.splitlines() if line.startswith("## ")]
+    names = [heading.split("·")[0].strip("# ").strip() for heading in headings]
+    summary, deeper = names.index("Summary"), names.index("Going deeper")
+    assert deeper == summary + 1
+    assert [n for n in names[:summary] if n.startswith("Step")] == [f"Step {k}" for k in range(1, 7)]
+    assert [n for n in names[deeper:] if n.startswith("Step")] == ["Step 7", "Step 8", "Step 9"]
+    assert names[-2:] == ["Exercises", "Learn more"]
+
+
+def test_visible_code_is_short():
+    visible = [cell.source for cell in _cells()
+               if cell.cell_type == "code" and not cell.source.startswith("#@title")]
+    lines = [sum(1 for line in source.splitlines() if line.strip()) for source in visible]
+    assert sum(lines) <= 250, sum(lines)
+    assert max(lines) <= 16, max(lines)
+
+
+BANNED = ["here, on a", "here it printed", "on this machine", "here they say", "here both say",
+          "measured here", "in a full run on this", "here, without", "on the cpu here",
+          "at full size here", "in the full-size run here"]
+
+
+def test_prose_does_not_say_what_here_printed():
+    for cell in _cells():
+        if cell.cell_type == "markdown":
+            for phrase in BANNED:
+                assert phrase not in cell.source.lower(), (phrase, cell.source[:80])
