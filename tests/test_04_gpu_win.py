@@ -293,6 +293,7 @@ def test_sync_demo_reads_its_own_numbers():
 def test_benchmark_timer_synchronizes_an_accelerator_after_every_run(monkeypatch, accelerator):
     events = []
     monkeypatch.setattr(torch.accelerator, "synchronize", lambda device=None: events.append("sync"))
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: events.append("sync"))  # shared cell, MPS
     timer = nb.benchmark_timer(lambda: events.append("run"), torch.device(accelerator))
     timer.timeit(number=5)
     runs = [index for index, event in enumerate(events) if event == "run"]
