@@ -395,6 +395,79 @@ def test_the_device_argument_overrides_fastais_default_device(nb, tmp_path, monk
     assert "default_device()" in prose and "not a global setting" not in prose
 
 
+# ---------------------------------------------------------------- learner first: what the reader sees
+
+def visible_code_lines(notebook):
+    """Non-empty lines of the code cells a reader sees unfolded (those not starting with #@title)."""
+    return [line for cell in notebook.cells if cell.cell_type == "code"
+            and not cell.source.startswith("#@title") for line in cell.source.splitlines() if line.strip()]
+
+
+def test_the_lesson_is_in_view_and_the_plumbing_folded():
+    notebook = read(notebook_path("03"))
+    assert len(visible_code_lines(notebook)) <= 150
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            for line in cell.source.splitlines():
+                assert len(line) <= 100, f"{len(line)} characters: {line}"
+            if not cell.source.startswith("#@title"):
+                assert len([line for line in cell.source.splitlines() if line.strip()]) <= 25, cell.source[:60]
+
+
+def test_a_picture_of_each_class_comes_before_the_search_machinery():
+    sources = [cell.source for cell in read(notebook_path("03")).cells]
+    first_look = next(i for i, source in enumerate(sources) if "show_one_per_class(pictures" in source)
+    search = next(i for i, source in enumerate(sources) if "def search_images" in source)
+    plan = next(i for i, source in enumerate(sources) if source.startswith("image_counts = check_pictures"))
+    assert plan < first_look < search
+
+
+def test_opening_findings_run_time_table_core_summary_then_going_deeper():
+    notebook = read(notebook_path("03"))
+    opening = notebook.cells[0].source
+    assert "What you will find out" in opening
+    table = [line.lower() for line in opening.splitlines() if line.startswith("|")]
+    assert any("core" in row and row.count("to be measured") == 2 for row in table)
+    assert any("whole notebook" in row and row.count("to be measured") == 2 for row in table)
+    headings = [line for cell in notebook.cells if cell.cell_type == "markdown"
+                for line in cell.source.splitlines() if line.startswith("## ")]
+    assert headings.index("## Summary") < headings.index("## Going deeper") < headings.index("## Exercises")
+    assert headings[-1] == "## Learn more"
+    prose = markdown_text().lower()
+    for phrase in ("here, on a", "here it printed", "on this machine", "here they say", "here both say",
+                   "measured here", "in a full run on this", "here, without", "here, offline", "as here"):
+        assert phrase not in prose, phrase
+
+
+def test_the_training_recipe_follows_the_weights(nb):
+    calls = []
+
+    class FakeLearner:
+        def fine_tune(self, epochs):
+            calls.append(("fine_tune", epochs))
+
+        def fit_one_cycle(self, epochs, lr):
+            calls.append(("fit_one_cycle", epochs, lr))
+
+    nb.train.__globals__.update(EPOCHS=3, SCRATCH_EPOCHS=12)  # the notebook's full-size values
+    nb.train(FakeLearner(), pretrained=True)
+    nb.train(FakeLearner(), pretrained=False)
+    assert calls == [("fine_tune", 3), ("fit_one_cycle", 12, nb.SCRATCH_LR)]
+    assert notebook_constant("SCRATCH_EPOCHS", fast=False) >= 3 * (1 + notebook_constant("EPOCHS", fast=False))
+
+
+def test_the_training_cell_says_what_its_error_rate_means(nb):
+    good_standin = nb.interpret_training(0.05, pretrained=False, standin=True)
+    assert "95%" in good_standin and "tells the drawings apart" in good_standin
+    assert "teaches nothing about real birds" in good_standin
+    poor_standin = nb.interpret_training(0.4, pretrained=False, standin=True)
+    assert "not tell the drawings apart" in poor_standin and "more epochs" in poor_standin
+    random_photos = nb.interpret_training(0.3, pretrained=False, standin=False)
+    assert "random weights" in random_photos and "pretrained weights" in random_photos
+    assert "learned the task" in nb.interpret_training(0.0, pretrained=True, standin=False)
+    assert "Step 5" in nb.interpret_training(0.25, pretrained=True, standin=False)
+
+
 # ---------------------------------------------------------------- broken pictures in the folder to train on
 
 LABELS = ("bird", "forest")
