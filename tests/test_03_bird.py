@@ -5,23 +5,31 @@
 - The download path runs for real (fastai's download_images, verify_images, resize_images) against an HTTP
   server started on 127.0.0.1: good pictures, an HTML page named .jpg, a truncated JPEG, a 404 and slow URLs.
 - The pretrained-weights path runs offline from a stand-in resnet18-f37072fd.pth in a temporary TORCH_HOME.
+- Broken pictures (an empty .jpg, a web page named .jpg, a JPEG cut after 300 bytes) are planted in the folder
+  each path trains on (a prepared folder, a download, the stand-ins), and once, end to end, the notebook runs
+  alone in an empty folder beside a prepared data/bird_or_not, with ddgs made unavailable.
 """
+import ast
 import functools
 import http.server
 import io
+import re
 import socket
+import sys
 import threading
 import time
 import urllib.error
 import warnings
 
+import nbclient
+import nbformat
 import pytest
 import torch
 import torchvision
 from ddgs.exceptions import DDGSException
 from PIL import Image
 
-from notebook_code import load_helpers
+from notebook_code import code_cells, load_helpers, notebook_path, read
 
 
 @pytest.fixture(scope="module")
@@ -150,16 +158,57 @@ def test_blocked_search_falls_back_and_a_later_run_only_searches_what_is_missing
     assert [call["query"] for call in calls] == ["forest photo"]
 
 
-@pytest.mark.parametrize("counts, online, expected", [
-    ({"bird": 60, "forest": 55}, False, "reuse"),  # a prepared workshop folder: no internet needed
-    ({"bird": 60, "forest": 55}, True, "reuse"),  # a rerun does not search again
-    ({"bird": 60, "forest": 10}, True, "search"),
-    ({"bird": 0, "forest": 0}, False, "stand-in"),
-    ({"bird": 60, "forest": 49}, False, "stand-in"),
-    ({}, True, "search"),
+@pytest.mark.parametrize("counts, online, search_installed, expected", [
+    ({"bird": 60, "forest": 55}, False, True, "reuse"),  # a prepared workshop folder: no internet needed
+    ({"bird": 60, "forest": 55}, True, True, "reuse"),  # a rerun does not search again
+    ({"bird": 60, "forest": 55}, False, False, "reuse"),  # Kaggle with Internet off: no ddgs, yet a folder
+    ({"bird": 60, "forest": 10}, True, True, "search"),
+    ({"bird": 60, "forest": 10}, True, False, "stand-in"),  # online, but ddgs is missing: nothing to search with
+    ({"bird": 0, "forest": 0}, False, True, "stand-in"),
+    ({"bird": 60, "forest": 49}, False, True, "stand-in"),
+    ({}, True, True, "search"),
+    ({}, True, False, "stand-in"),
 ])
-def test_plan_dataset(nb, counts, online, expected):
-    assert nb.plan_dataset(counts, 50, online) == expected
+def test_plan_dataset(nb, counts, online, search_installed, expected):
+    assert nb.plan_dataset(counts, 50, online, search_installed) == expected
+
+
+def test_the_plan_says_plainly_why_there_is_no_search(nb):
+    counts = {"bird": 0, "forest": 0}
+    without_ddgs = nb.describe_plan("stand-in", counts, 50, True, False)
+    assert "ddgs" in without_ddgs and "not installed" in without_ddgs and "no internet" not in without_ddgs
+    offline = nb.describe_plan("stand-in", counts, 50, False, True)
+    assert "no internet" in offline and "ddgs" not in offline
+    both = nb.describe_plan("stand-in", counts, 50, False, False)
+    assert "not installed" in both and "no internet" in both
+    for text in (without_ddgs, offline, both):
+        assert text.startswith("Plan: stand-in") and "teach nothing about real birds" in text
+    assert nb.describe_plan("reuse", {"bird": 60, "forest": 55}, 50, False, False).startswith("Plan: reuse")
+
+
+def test_without_ddgs_the_notebook_code_loads_and_never_searches(monkeypatch):
+    """Kaggle's image ships fastai but not ddgs (and starts with Internet off); Colab lacks ddgs too."""
+    for name in [name for name in sys.modules if name == "ddgs" or name.startswith("ddgs.")]:
+        monkeypatch.delitem(sys.modules, name)  # restored after the test
+    monkeypatch.setitem(sys.modules, "ddgs", None)  # `import ddgs` now fails as if it were not installed
+    helpers = load_helpers("03")  # runs every import of the notebook: none may need ddgs
+    assert helpers.plan_dataset({"bird": 0, "forest": 0}, 50, True, False) == "stand-in"
+    with pytest.raises(ImportError):
+        helpers.search_images("bird photo", 10)  # ddgs is imported only when a search really runs
+
+
+def test_ddgs_is_imported_only_inside_the_search_and_the_plan_asks_unavailable():
+    sources = code_cells(read(notebook_path("03")))
+    for source in sources:
+        for node in ast.parse(source).body:  # statements at the top level of a cell always run
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                modules = [node.module]
+            else:
+                continue
+            assert not any(module.split(".")[0] == "ddgs" for module in modules), ast.unparse(node)
+    assert any('"ddgs" not in UNAVAILABLE' in source for source in sources)
 
 
 def test_internet_check_uses_a_short_timeout_and_never_raises(nb):
@@ -288,6 +337,289 @@ def test_download_with_a_dead_network_leaves_the_urls_for_a_later_try(nb, tmp_pa
 
     later = nb.download_dataset({"forest": [f"{server}/good-small.jpg"]}, folder, manifest, timeout=1)
     assert later.loc["forest", "added"] == 1 and nb.count_images(folder, ["forest"]) == {"forest": 1}
+
+
+def notebook_constant(name, fast):
+    """The value the notebook gives the UPPER_CASE constant `name`, in fast mode or at full size."""
+    for source in code_cells(read(notebook_path("03"))):
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == name:
+                return eval(compile(ast.Expression(node.value), name, "eval"), {"FAST": fast})
+    raise LookupError(name)
+
+
+def markdown_text():
+    return "\n".join(cell.source for cell in read(notebook_path("03")).cells if cell.cell_type == "markdown")
+
+
+def test_a_search_asks_for_no_more_than_one_page_of_ddgs_results():
+    """ddgs 9's DuckDuckGo image engine fetches one page (up to 100 results) per call: asking for 200
+    gives 100 at most, so the notebook asks for what one call gives and never claims 200."""
+    assert notebook_constant("IMAGES_PER_SEARCH", fast=False) <= 100
+    assert notebook_constant("IMAGES_PER_SEARCH", fast=True) <= 100
+    everything = markdown_text() + "\n".join(code_cells(read(notebook_path("03"))))
+    assert "200 URLs" not in everything and "at most 100" in everything
+
+
+def test_the_fine_tune_prose_says_what_fastai_trains(nb, tiny_dls):
+    """What fine_tune's frozen epoch trains (the whole new head and the body's BatchNorm layers, fastai's
+    train_bn=True) and the discriminative learning rates of the unfrozen epochs, checked against fastai."""
+    learn = nb.vision_learner(tiny_dls, nb.resnet18, pretrained=False)
+    learn.freeze()  # what fine_tune does first
+    body, head = learn.model[0], learn.model[1]
+    assert all(p.requires_grad for p in head.parameters()) and len(list(head.children())) > 3
+    norm = (torch.nn.BatchNorm2d,)
+    for module in body.modules():
+        if isinstance(module, (torch.nn.Conv2d, *norm)):
+            assert all(p.requires_grad == isinstance(module, norm) for p in module.parameters())
+    learn.unfreeze()
+    learn.opt.set_hyper("lr", slice(1e-5, 1e-3))  # fine_tune's slice(base_lr / lr_mult, base_lr)
+    assert [round(h["lr"], 8) for h in learn.opt.hypers] == [1e-5, 1e-4, 1e-3]  # earlier layers learn slower
+    prose = markdown_text()
+    for words in ("train_bn", "batch-normalisation layers of the body", "discriminative learning rates",
+                  "slice(base_lr / 100, base_lr)", "several layers"):
+        assert words in prose, words
+    assert "only the new last layer learns" not in prose
+
+
+def test_the_device_argument_overrides_fastais_default_device(nb, tmp_path, monkeypatch):
+    """Without device=, fastai's dataloaders use default_device() (the GPU when there is one)."""
+    import fastai.data.core
+    nb.make_standin_dataset(tmp_path, 5)
+    block = nb.bird_data_block(32)
+    monkeypatch.setattr(fastai.data.core, "default_device", lambda *args: torch.device("meta"))
+    assert block.dataloaders(tmp_path, bs=2, num_workers=0).device == torch.device("meta")  # fastai's pick
+    chosen = block.dataloaders(tmp_path, device=torch.device("cpu"), bs=2, num_workers=0)
+    assert chosen.device == torch.device("cpu")
+    prose = markdown_text()
+    assert "default_device()" in prose and "not a global setting" not in prose
+
+
+# ---------------------------------------------------------------- learner first: what the reader sees
+
+def visible_code_lines(notebook):
+    """Non-empty lines of the code cells a reader sees unfolded (those not starting with #@title)."""
+    return [line for cell in notebook.cells if cell.cell_type == "code"
+            and not cell.source.startswith("#@title") for line in cell.source.splitlines() if line.strip()]
+
+
+def test_the_lesson_is_in_view_and_the_plumbing_folded():
+    notebook = read(notebook_path("03"))
+    assert len(visible_code_lines(notebook)) <= 150
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            for line in cell.source.splitlines():
+                assert len(line) <= 100, f"{len(line)} characters: {line}"
+            if not cell.source.startswith("#@title"):
+                assert len([line for line in cell.source.splitlines() if line.strip()]) <= 25, cell.source[:60]
+
+
+def test_a_picture_of_each_class_comes_before_the_search_machinery():
+    sources = [cell.source for cell in read(notebook_path("03")).cells]
+    first_look = next(i for i, source in enumerate(sources) if "show_one_per_class(pictures" in source)
+    search = next(i for i, source in enumerate(sources) if "def search_images" in source)
+    plan = next(i for i, source in enumerate(sources) if source.startswith("image_counts = check_pictures"))
+    assert plan < first_look < search
+
+
+def test_opening_findings_run_time_table_core_summary_then_going_deeper():
+    notebook = read(notebook_path("03"))
+    opening = notebook.cells[0].source
+    assert "What you will find out" in opening
+    table = [line.lower() for line in opening.splitlines() if line.startswith("|")]
+    assert any("core" in row and row.count("to be measured") == 2 for row in table)
+    assert any("whole notebook" in row and row.count("to be measured") == 2 for row in table)
+    headings = [line for cell in notebook.cells if cell.cell_type == "markdown"
+                for line in cell.source.splitlines() if line.startswith("## ")]
+    assert headings.index("## Summary") < headings.index("## Going deeper") < headings.index("## Exercises")
+    assert headings[-1] == "## Learn more"
+    prose = markdown_text().lower()
+    for phrase in ("here, on a", "here it printed", "on this machine", "here they say", "here both say",
+                   "measured here", "in a full run on this", "here, without", "here, offline", "as here"):
+        assert phrase not in prose, phrase
+
+
+def test_the_training_recipe_follows_the_weights(nb):
+    calls = []
+
+    class FakeLearner:
+        def fine_tune(self, epochs):
+            calls.append(("fine_tune", epochs))
+
+        def fit_one_cycle(self, epochs, lr):
+            calls.append(("fit_one_cycle", epochs, lr))
+
+    nb.train.__globals__.update(EPOCHS=3, SCRATCH_EPOCHS=12)  # the notebook's full-size values
+    nb.train(FakeLearner(), pretrained=True)
+    nb.train(FakeLearner(), pretrained=False)
+    assert calls == [("fine_tune", 3), ("fit_one_cycle", 12, nb.SCRATCH_LR)]
+    assert notebook_constant("SCRATCH_EPOCHS", fast=False) >= 3 * (1 + notebook_constant("EPOCHS", fast=False))
+
+
+def test_the_training_cell_says_what_its_error_rate_means(nb):
+    good_standin = nb.interpret_training(0.05, pretrained=False, standin=True)
+    assert "95%" in good_standin and "tells the drawings apart" in good_standin
+    assert "teaches nothing about real birds" in good_standin
+    poor_standin = nb.interpret_training(0.4, pretrained=False, standin=True)
+    assert "not tell the drawings apart" in poor_standin and "more epochs" in poor_standin
+    random_photos = nb.interpret_training(0.3, pretrained=False, standin=False)
+    assert "random weights" in random_photos and "pretrained weights" in random_photos
+    assert "learned the task" in nb.interpret_training(0.0, pretrained=True, standin=False)
+    assert "Step 5" in nb.interpret_training(0.25, pretrained=True, standin=False)
+
+
+# ---------------------------------------------------------------- broken pictures in the folder to train on
+
+LABELS = ("bird", "forest")
+
+
+def plant_broken_pictures(folder):
+    """The three broken files met in real folders: empty, a web page named .jpg, a JPEG cut after 300 bytes."""
+    files = {"empty.jpg": b"", "page.jpg": b"<html><body>Access denied</body></html>",
+             "cut.jpg": jpeg_bytes(400, 300)[:300]}
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (folder / name).write_bytes(content)
+    return files
+
+
+def make_photo_folder(folder, per_class):
+    """A prepared dataset folder: `per_class` good JPEGs in folder/bird and folder/forest."""
+    for label, colour in zip(LABELS, ((200, 60, 40), (30, 140, 50))):
+        (folder / label).mkdir(parents=True, exist_ok=True)
+        for index in range(per_class):
+            shade = tuple((channel + 7 * index) % 256 for channel in colour)
+            (folder / label / f"photo_{index:03d}.jpg").write_bytes(jpeg_bytes(80, 60, shade))
+
+
+def files_in(folder):
+    return {file.name: file.read_bytes() for file in folder.iterdir()} if folder.is_dir() else {}
+
+
+def test_picture_decodes_reads_every_pixel(nb, tmp_path):
+    good, half = tmp_path / "good.jpg", tmp_path / "half.jpg"
+    good.write_bytes(jpeg_bytes(400, 300))
+    half.write_bytes(jpeg_bytes(400, 300)[:2000])  # opens, and passes PIL's verify(), but cannot be decoded
+    with Image.open(half) as picture:
+        picture.verify()
+    assert nb.picture_decodes(good) and not nb.picture_decodes(half)
+    for name in plant_broken_pictures(tmp_path / "broken"):
+        assert not nb.picture_decodes(tmp_path / "broken" / name), name
+
+
+def test_reuse_path_moves_broken_pictures_aside_and_the_data_loads(nb, tmp_path, capsys):
+    photos = tmp_path / "bird_or_not"
+    make_photo_folder(photos, 60)
+    planted = plant_broken_pictures(photos / "bird")
+    assert nb.count_images(photos, LABELS) == {"bird": 63, "forest": 60}
+
+    folder, plan = nb.pictures_to_train_on("reuse", photos, tmp_path / "standin", LABELS, 50, 5)
+    assert (folder, plan) == (photos, "reuse") and not (tmp_path / "standin").exists()
+    assert nb.count_images(photos, LABELS) == {"bird": 60, "forest": 60}
+    assert files_in(tmp_path / "bird_or_not_broken" / "bird") == planted  # moved aside, not deleted
+    out = capsys.readouterr().out
+    assert "3 picture(s)" in out and str(tmp_path / "bird_or_not_broken") in out
+
+    dls = nb.bird_data_block(32).dataloaders(folder, device=torch.device("cpu"), bs=16, num_workers=0)
+    assert sum(len(x) for loader in (dls.train, dls.valid) for x, _ in loader) >= 100  # every batch decodes
+
+
+def test_a_second_check_finds_nothing_and_never_overwrites_what_was_moved_aside(nb, tmp_path, capsys):
+    photos = tmp_path / "bird_or_not"
+    make_photo_folder(photos, 3)
+    first = plant_broken_pictures(photos / "forest")
+    nb.check_pictures(photos, LABELS)
+    capsys.readouterr()
+    assert nb.check_pictures(photos, LABELS) == {"bird": 3, "forest": 3}
+    assert capsys.readouterr().out == ""  # nothing to report
+
+    (photos / "forest" / "empty.jpg").write_bytes(b"")  # the same name again, in a later run
+    nb.check_pictures(photos, LABELS)
+    aside = files_in(tmp_path / "bird_or_not_broken" / "forest")
+    assert {name: aside[name] for name in first} == first and aside["empty_1.jpg"] == b""
+
+
+def test_too_few_pictures_after_the_check_means_the_standins(nb, tmp_path, capsys):
+    photos, standin = tmp_path / "bird_or_not", tmp_path / "bird_or_not_standin"
+    make_photo_folder(photos, 50)
+    plant_broken_pictures(photos / "bird")
+    plant_broken_pictures(photos / "forest")
+    counts = nb.count_images(photos, LABELS)
+    assert nb.plan_dataset(counts, 52, False, True) == "reuse"  # the broken files still count here
+
+    folder, plan = nb.pictures_to_train_on("reuse", photos, standin, LABELS, 52, 5)
+    assert (folder, plan) == (standin, "stand-in")
+    assert nb.count_images(standin, LABELS) == {"bird": 5, "forest": 5}
+    assert nb.count_images(photos, LABELS) == {"bird": 50, "forest": 50}  # the photos stay where they were
+    out = capsys.readouterr().out
+    assert "Too few usable photos" in out and "STAND-IN DATA" in out
+
+
+def test_download_path_checks_what_an_interrupted_run_left_behind(nb, tmp_path, server):
+    photos = tmp_path / "bird_or_not"
+    planted = plant_broken_pictures(photos / "bird")  # an earlier download that was stopped half-way
+    urls = {"bird": [f"{server}/good-big.jpg", f"{server}/good-small.jpg", f"{server}/page.jpg"],
+            "forest": [f"{server}/good.png"]}
+    table = nb.download_dataset(urls, photos, photos / "manifest.json", timeout=1)
+    assert table.loc["bird", "added"] == 2 and table.loc["bird", "images"] == 5  # the leftovers still count
+
+    folder, plan = nb.pictures_to_train_on("search", photos, tmp_path / "standin", LABELS, 1, 5)
+    assert (folder, plan) == (photos, "search")
+    assert nb.count_images(photos, LABELS) == {"bird": 2, "forest": 1}
+    assert files_in(tmp_path / "bird_or_not_broken" / "bird") == planted
+
+
+def test_standin_path_checks_its_folder_and_redraws_a_broken_drawing(nb, tmp_path, capsys):
+    photos, standin = tmp_path / "bird_or_not", tmp_path / "bird_or_not_standin"
+    nb.make_standin_dataset(standin, 5)
+    planted = plant_broken_pictures(standin / "forest")
+    cut_drawing = (standin / "bird" / "standin_bird_002.jpg").read_bytes()[:300]
+    (standin / "bird" / "standin_bird_002.jpg").write_bytes(cut_drawing)
+
+    folder, plan = nb.pictures_to_train_on("stand-in", photos, standin, LABELS, 3, 5)
+    assert (folder, plan) == (standin, "stand-in")
+    assert nb.count_images(standin, LABELS) == {"bird": 5, "forest": 5}
+    assert all(nb.picture_decodes(file) for file in standin.rglob("*.jpg"))  # the cut drawing is drawn again
+    assert files_in(standin.with_name("bird_or_not_standin_broken") / "forest") == planted
+    assert files_in(standin.with_name("bird_or_not_standin_broken") / "bird") == {
+        "standin_bird_002.jpg": cut_drawing}
+    assert "STAND-IN DATA" in capsys.readouterr().out
+
+
+NO_DDGS_CELL = """\
+# Added by the test: a machine without ddgs, like Kaggle's image with Internet off, or Colab
+import sys
+sys.modules["ddgs"] = None  # from here on `import ddgs` fails, as it does when the package is missing
+UNAVAILABLE.add("ddgs")
+print("ddgs made unavailable by the test")"""
+
+
+def test_notebook_alone_without_ddgs_reuses_a_prepared_folder_with_broken_files(tmp_path, monkeypatch):
+    """End to end, in fast mode: a copy of the notebook alone in an empty folder, with data/bird_or_not
+    prepared beside it (60 good JPEGs per class and three broken files), ddgs unavailable, no internet."""
+    notebook = read(notebook_path("03"))
+    install_cell = next(i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code")
+    notebook.cells.insert(install_cell + 1, nbformat.v4.new_code_cell(NO_DDGS_CELL))
+    run = tmp_path / "run"
+    make_photo_folder(run / "data" / "bird_or_not", 60)
+    planted = plant_broken_pictures(run / "data" / "bird_or_not" / "bird")
+    monkeypatch.setenv("TUTORIAL_FAST", "1")
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))  # no weights there: the random-weights path
+
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(run)}}).execute()
+
+    text = "\n".join(output.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
+                     for output in cell.outputs)
+    assert "ddgs made unavailable by the test" in text and "Plan: reuse" in text
+    assert files_in(run / "data" / "bird_or_not_broken" / "bird") == planted
+    assert not (run / "data" / "bird_or_not_standin").exists()  # it trained on the prepared pictures
+    assert (run / "data" / "bird_or_not_classifier.pkl").is_file()  # and ran to the end
+    tables = [output["data"]["text/html"] for cell in notebook.cells if cell.cell_type == "code"
+              for output in cell.outputs if "dataframe" in output.get("data", {}).get("text/html", "")]
+    assert tables, "the notebook shows its results as tables"
+    for table in tables:
+        assert not re.search(r">-?\d+\.\d{4,}<", table), f"a table with unrounded numbers: {table[:300]}"
 
 
 # ---------------------------------------------------------------- stand-in data, batch size, learner weights
