@@ -1,0 +1,148 @@
+"""Notebooks 01 and 03 where a package is missing and pip cannot reach any index: Kaggle with Internet off.
+
+Kaggle starts notebooks with Internet off and its image lacks ddgs; Colab lacks ddgs too. This builds that
+situation for real: a throwaway virtual environment that holds everything of the project's environment
+(by symlinks, so it costs seconds, not gigabytes) except one package, a kernel that believes it runs on
+Kaggle (KAGGLE_KERNEL_RUN_TYPE), and pip with no index and no configuration (PIP_NO_INDEX=1,
+PIP_CONFIG_FILE pointing at nothing), so that the install cell's pip call fails as it does offline.
+Each notebook is copied alone into an empty folder and run top to bottom by nbclient in that kernel,
+stopping at the first error as "Run All" does.
+"""
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+from notebook_code import notebook_path
+
+RUNNER = """
+import json, sys
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+notebook = nbformat.read(sys.argv[1], as_version=4)
+client = NotebookClient(notebook, timeout=900, kernel_name="python3",
+                        resources={"metadata": {"path": sys.argv[2]}})
+try:
+    client.execute()
+except CellExecutionError:
+    pass  # like Run All: stop at the first error; the outputs below show it
+json.dump([{"source": cell.source, "count": cell.get("execution_count"), "outputs": cell.get("outputs", [])}
+           for cell in notebook.cells if cell.cell_type == "code"], sys.stdout)
+"""
+
+
+def _top_level_entries(site_packages, distribution):
+    """The site-packages entries that belong to `distribution`: its dist-info and what its RECORD lists."""
+    infos = [p for p in site_packages.glob("*.dist-info")
+             if p.name.split("-")[0].lower().replace("_", "-") == distribution]
+    assert infos, f"{distribution} is not installed in {site_packages}"
+    entries = {infos[0].name}
+    for line in (infos[0] / "RECORD").read_text().splitlines():
+        first = line.split(",")[0].split("/")[0]
+        if first and not first.startswith(".."):
+            entries.add(first)
+    return entries
+
+
+def environment_without(distribution, folder):
+    """A virtual environment in `folder` with every package of this one except `distribution`; its python."""
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(folder)
+    python = folder / "bin" / "python"
+    here = Path(sysconfig.get_paths()["purelib"])
+    there = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                capture_output=True, text=True, check=True).stdout.strip())
+    hidden = _top_level_entries(here, distribution)
+    for entry in here.iterdir():
+        if entry.name not in hidden and not (there / entry.name).exists():
+            (there / entry.name).symlink_to(entry)
+    return python
+
+
+def run_alone(python, prefix, folder):
+    """Copy notebook `prefix` alone into `folder`, run it there in `python`'s kernel, offline and 'on Kaggle'."""
+    source = notebook_path(prefix)
+    copy = folder / source.name
+    copy.write_bytes(source.read_bytes())
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
+    env.update(TUTORIAL_FAST="1", KAGGLE_KERNEL_RUN_TYPE="Interactive", PIP_NO_INDEX="1",
+               PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    result = subprocess.run([str(python), "-c", RUNNER, str(copy), str(folder)], cwd=folder, env=env,
+                            capture_output=True, text=True, timeout=1500, check=True)
+    return json.loads(result.stdout)
+
+
+def text_of(cell):
+    """Everything a cell showed: printed text, results and error messages."""
+    parts = []
+    for output in cell["outputs"]:
+        parts.append(output.get("text", ""))
+        parts.append(output.get("data", {}).get("text/plain", ""))
+        parts.extend(output.get("traceback", []))
+    return "\n".join(parts)
+
+
+def errors(cells):
+    return [(cell["source"][:60], output) for cell in cells for output in cell["outputs"]
+            if output["output_type"] == "error"]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    return tmp_path_factory.mktemp("offline_kaggle")
+
+
+def test_pip_really_fails_in_that_environment(workspace):
+    python = environment_without("ddgs", workspace / "venv_pip_check")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PIP_")},
+           "PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}
+    found = subprocess.run([str(python), "-c", "import importlib.util as u; print(u.find_spec('ddgs'))"],
+                           capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "None"
+    pip = subprocess.run([str(python), "-m", "pip", "install", "ddgs>=9.0"], env=env,
+                         capture_output=True, text=True)
+    assert pip.returncode != 0 and "No matching distribution" in pip.stderr
+
+
+def test_notebook_01_without_fastai_runs_to_the_end_and_skips_step_6(workspace):
+    python = environment_without("fastai", workspace / "venv_no_fastai")
+    folder = workspace / "run01"
+    folder.mkdir()
+    cells = run_alone(python, "01", folder)
+    assert errors(cells) == []
+    assert all(cell["count"] is not None for cell in cells), "every code cell must have run"
+    setup = text_of(cells[0])
+    assert "fastai: not installed" in setup and "Settings > Internet" in " ".join(setup.split())
+    assert "CalledProcessError" not in setup
+    assert any("Step 6 skipped" in text_of(cell) for cell in cells[2:])
+
+
+def test_notebook_03_without_ddgs_takes_the_offline_path_to_the_end(workspace):
+    python = environment_without("ddgs", workspace / "venv_no_ddgs")
+    folder = workspace / "run03"
+    folder.mkdir()
+    cells = run_alone(python, "03", folder)
+    assert errors(cells) == []
+    assert all(cell["count"] is not None for cell in cells), "every code cell must have run"
+    setup = " ".join(text_of(cells[0]).split())
+    assert "ddgs: not installed" in setup and "Settings > Internet" in setup
+    assert "Everything else still works" in setup
+    assert any("ddgs" in text_of(cell) for cell in cells[2:]), "the search step must say why it is skipped"
+
+
+def test_notebook_03_without_fastai_stops_with_the_plain_message(workspace):
+    python = environment_without("fastai", workspace / "venv_no_fastai_03")
+    folder = workspace / "run03_no_fastai"
+    folder.mkdir()
+    cells = run_alone(python, "03", folder)
+    (error,) = [output for output in cells[0]["outputs"] if output["output_type"] == "error"]
+    assert error["ename"] == "SetupStopped"
+    assert error["traceback"] == ["Setup stopped: this notebook needs the package(s) named above."]
+    assert "cannot run without fastai" in " ".join(text_of(cells[0]).split())
+    assert all(cell["count"] is None for cell in cells[1:]), "Run All must stop at the install cell"
