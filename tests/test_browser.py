@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import secrets
 import subprocess
@@ -245,7 +244,7 @@ class LabServer:
         """Stop the server (it shuts its kernels down), then kill whatever it started that is left, by id."""
         children = self.kernel_processes()
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT if os.name == "nt" else signal.SIGTERM)
+            self.process.terminate()  # SIGTERM: the server shuts its kernels down and exits
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -257,6 +256,9 @@ class LabServer:
 @pytest.fixture(scope="module")
 def browser_path():
     path = find_browser()
+    if path is None and os.environ.get("TUTORIAL_BROWSER") is not None:
+        pytest.skip(f"TUTORIAL_BROWSER={os.environ['TUTORIAL_BROWSER']} is not an executable file: "
+                    f"{HOW_TO_GET_A_BROWSER}")
     if path is None:
         pytest.skip(f"no Chromium-family browser found for the browser test: {HOW_TO_GET_A_BROWSER}")
     return path
