@@ -13,11 +13,17 @@ from notebook_code import REPO, load_helpers
 
 CONDA_FILES = {"environment-cpu.yml": "pytorch-cpu", "environment-cuda.yml": "pytorch-gpu"}
 CONDA_ONLY = {"python", "pip"}
+CONDA_FORGE_NAMES = {"playwright-python": "playwright"}  # conda-forge name: PyPI name, where they differ
 
 
 def package_name(requirement):
     """'fastai>=2.8.9  # why' -> 'fastai'."""
     return re.match(r"\s*([A-Za-z0-9_.\-]+)", requirement).group(1).lower().replace("_", "-")
+
+
+def pypi_name(conda_name, torch_package):
+    """The PyPI name of a conda-forge package: pytorch-cpu / pytorch-gpu are torch, and a few others differ."""
+    return "torch" if conda_name == torch_package else CONDA_FORGE_NAMES.get(conda_name, conda_name)
 
 
 def requirements():
@@ -51,7 +57,7 @@ def test_conda_file_matches_requirements(name, torch_package):
     pip_names = {package_name(dep) for dep in pip}
     assert "fastai" in pip_names, "fastai must come from PyPI (conda-forge's is too old for fastcore 2)"
 
-    as_pypi_names = {"torch" if n == torch_package else n for n in conda_names - CONDA_ONLY} | pip_names
+    as_pypi_names = {pypi_name(n, torch_package) for n in conda_names - CONDA_ONLY} | pip_names
     assert as_pypi_names == {package_name(line) for line in requirements()}
 
 
@@ -63,8 +69,8 @@ def test_conda_bounds_match_requirements(name):
         dep_name = package_name(dep)
         if dep_name in CONDA_ONLY:
             continue
-        pypi_name = "torch" if dep_name in CONDA_FILES.values() else dep_name
-        assert dep.replace(" ", "")[len(dep_name):] == bounds[pypi_name], f"{name}: {dep} vs requirements.txt"
+        bound = dep.replace(" ", "")[len(dep_name):]
+        assert bound == bounds[pypi_name(dep_name, CONDA_FILES[name])], f"{name}: {dep} vs requirements.txt"
 
 
 def test_cuda_file_explains_how_to_pin_a_cuda_version():
