@@ -305,7 +305,7 @@ time.sleep(600)
 def test_torchrun_stopped_at_the_time_limit_leaves_no_worker(tmp_path):
     script = tmp_path / "hang.py"
     script.write_text(WORKER_THAT_HANGS)
-    command = nb.torchrun_command(script, 2)
+    command = nb.torchrun_command(script, 2, log_dir=tmp_path / "logs")  # else torchrun leaves a temp folder
     run = nb.run_launchers([command], time_limit_s=25, env=nb.launch_env(1), echo=False)
     ready = [line for _, line in run["output"] if "ready" in line]
     assert len(ready) == 2, run["output"]  # both workers were running when the limit struck
