@@ -1,0 +1,332 @@
+"""Notebook 06: the DDP training script it writes, torchrun's command line, reading the results,
+the cost model, and the promise that no launch leaves a process or a port behind.
+
+The last tests launch torchrun for real (on the CPU, over gloo), as the notebook does.
+"""
+import ast
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch.distributed.run
+
+from notebook_code import load_helpers
+
+nb = load_helpers("06")
+SCRIPT_PARTS = [nb.SCRIPT_START, nb.SCRIPT_GROUP, nb.SCRIPT_MODEL, nb.SCRIPT_STEPS, nb.SCRIPT_SPEED,
+                nb.SCRIPT_MAIN]
+SCRIPT_TEXT = "".join(SCRIPT_PARTS)
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def function_source(name):
+    """The source of one function of the training script."""
+    tree = ast.parse(SCRIPT_TEXT)
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    return ast.get_source_segment(SCRIPT_TEXT, node)
+
+
+# The training script
+
+
+def test_the_script_is_valid_python_with_the_parts_of_a_ddp_script():
+    compile(SCRIPT_TEXT, "06_train_ddp.py", "exec")
+    group = function_source("start_process_group")
+    assert '"nccl" if use_gpu else "gloo"' in group and 'os.environ["LOCAL_RANK"]' in group
+    assert "timeout=timeout" in group  # a silent peer becomes an error, not a hang
+    main = function_source("main")
+    assert "DistributedSampler(train_set" in main and "sampler.set_epoch(epoch)" in main
+    assert "DistributedDataParallel(model" in main
+    assert "if rank == 0 and args.checkpoint" in main  # the checkpoint is saved once
+    assert "dist.all_reduce(counts" in function_source("evaluate")  # the metric covers all processes
+    assert "@record" in SCRIPT_TEXT.split("def main")[0].splitlines()[-1]
+
+
+def test_the_script_leaves_the_group_together_and_last():
+    leave = function_source("leave_process_group")
+    assert leave.index("dist.barrier()") < leave.index("dist.destroy_process_group()")
+    last_statement = ast.parse(function_source("main")).body[0].body[-1]
+    assert ast.unparse(last_statement) == "leave_process_group(args.skip_final_barrier)"
+
+
+def test_write_script_writes_the_parts_in_order(tmp_path):
+    path = nb.write_script(tmp_path / "train.py", ["a = 1\n", "b = a + 1\n"])
+    assert path.read_text() == "a = 1\nb = a + 1\n"
+
+
+def test_the_written_script_parses_its_options(tmp_path):
+    script = nb.write_script(tmp_path / "06_train_ddp.py", SCRIPT_PARTS)
+    help_text = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
+                               timeout=300, check=True).stdout
+    for option in ("--epochs", "--depth", "--checkpoint", "--cpu", "--no-ddp", "--timing-steps",
+                   "--skip-final-barrier", "--timeout-s"):
+        assert option in help_text
+
+
+# torchrun's command line
+
+
+def test_a_one_machine_command_is_accepted_by_torchrun(tmp_path):
+    command = nb.torchrun_command(tmp_path / "s.py", 2, script_args=["--epochs", 3], log_dir=tmp_path)
+    assert command[:3] == TORCHRUN
+    args = torch.distributed.run.parse_args(command[3:])
+    assert args.standalone and args.nproc_per_node == "2"
+    assert args.log_dir == str(tmp_path) and args.tee == "3"
+    assert args.training_script == str(tmp_path / "s.py") and args.training_script_args == ["--epochs", "3"]
+
+
+def test_a_two_node_command_uses_a_c10d_rendezvous(tmp_path):
+    command = nb.torchrun_command("s.py", 1, nnodes=2, endpoint="127.0.0.1:12345", run_id="job",
+                                  rdzv_conf="is_host=1")
+    args = torch.distributed.run.parse_args(command[3:])
+    assert not args.standalone
+    assert (args.nnodes, args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id, args.rdzv_conf) == (
+        "2", "c10d", "127.0.0.1:12345", "job", "is_host=1")
+    assert "--tee=3" not in command  # no log folder asked for
+
+
+def test_the_exit_barrier_option_is_passed_only_when_asked():
+    assert not any("exit-barrier" in part for part in nb.torchrun_command("s.py", 2))
+    command = nb.torchrun_command("s.py", 1, nnodes=2, endpoint="h:1", exit_barrier_timeout_s=30)
+    assert "--exit-barrier-timeout=30" in command
+    assert command[-1] == "s.py"  # launcher options come before the script
+
+
+def test_supports_option_reads_a_help_text():
+    help_text = "options:\n  --log-dir LOG_DIR, --log_dir LOG_DIR\n  --tee TEE\n  --standalone\n"
+    assert nb.supports_option(help_text, "--log-dir") and nb.supports_option(help_text, "--standalone")
+    assert not nb.supports_option(help_text, "--log")  # a prefix of another option is not the option
+    assert not nb.supports_option(help_text, "--exit-barrier-timeout")
+    real_help = torch.distributed.run.get_args_parser().format_help()
+    assert nb.supports_option(real_help, "--standalone") and nb.supports_option(real_help, "--tee")
+
+
+@pytest.mark.parametrize("gpus, cores, expected_nproc, backend, cpu_flag", [
+    (0, 2, 2, "gloo", False), (1, 8, 2, "gloo", True), (2, 8, 2, "nccl", False), (4, 2, 4, "nccl", False)])
+def test_launch_plan_one_process_per_gpu_or_two_on_the_cpu(gpus, cores, expected_nproc, backend, cpu_flag):
+    plan = nb.launch_plan(gpus, cores)
+    assert (plan["nproc"], plan["backend"], "--cpu" in plan["script_args"]) == (expected_nproc, backend, cpu_flag)
+    assert plan["threads"] >= 1 and plan["threads"] * plan["nproc"] <= max(cores, plan["nproc"])
+    assert "MPS" in nb.launch_plan(0, 8, "mps")["why"]
+
+
+def test_launch_env_sets_threads_and_keeps_the_rest(monkeypatch):
+    monkeypatch.setenv("SOMETHING_ELSE", "kept")
+    env = nb.launch_env(3)
+    assert env["OMP_NUM_THREADS"] == "3" and env["PYTHONUNBUFFERED"] == "1" and env["SOMETHING_ELSE"] == "kept"
+
+
+def test_free_port_can_be_bound():
+    port = nb.free_port()
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", port))
+
+
+# Reading what the processes print and write
+
+
+def result_line(rank, checksum, **extra):
+    return "[default0]:RESULT " + json.dumps({"rank": rank, "world_size": 2, "device": "cpu",
+                                              "accuracy": 0.9, "checksum": checksum, **extra})
+
+
+def test_parse_results_reads_result_lines_in_rank_order():
+    output = [(1, result_line(1, "abc")), (0, "epoch 1/2: loss 0.5"), (0, result_line(0, "abc")),
+              (0, "RESULT not json at all")]
+    results = nb.parse_results(output)
+    assert [(r["rank"], r["node"]) for r in results] == [(0, 0), (1, 1)]
+    assert nb.checksums_agree(results)
+    assert "identical" in nb.describe_checksums(results, "With DDP")
+
+
+def test_different_or_missing_checksums_do_not_agree():
+    results = nb.parse_results([(0, result_line(0, "abc")), (0, result_line(1, "abd"))])
+    assert not nb.checksums_agree(results) and "2 different" in nb.describe_checksums(results, "x")
+    assert not nb.checksums_agree([]) and "no process" in nb.describe_checksums([], "x")
+
+
+def write_error_file(folder, local_rank, message, timestamp):
+    path = folder / "run_x" / "attempt_0" / str(local_rank) / "error.json"
+    path.parent.mkdir(parents=True)
+    callstack = ('Traceback (most recent call last):\n  File "/d/06_train_ddp.py", line 176, in main\n'
+                 "    torch.save(weights.state_dict(), args.checkpoint)\n" + message)
+    path.write_text(json.dumps({"message": {"message": message, "extraInfo": {
+        "py_callstack": callstack, "timestamp": str(timestamp)}}}))
+    return path
+
+
+def test_first_failure_is_the_earliest_error_file(tmp_path):
+    write_error_file(tmp_path, 0, "RuntimeError: Connection closed by peer", 1000)
+    write_error_file(tmp_path, 1, "RuntimeError: Parent directory x does not exist.", 999)
+    failure = nb.first_failure(tmp_path)
+    assert failure["local_rank"] == "1" and "Parent directory" in failure["error"]
+    assert failure["where"] == "line 176, in main: torch.save(weights.state_dict(), args.checkpoint)"
+
+
+def test_first_failure_breaks_ties_by_file_time_and_finds_nothing_in_an_empty_folder(tmp_path):
+    first = write_error_file(tmp_path, 0, "ValueError: first", 5)
+    second = write_error_file(tmp_path, 1, "ValueError: second", 5)
+    os.utime(first, (100, 100))
+    os.utime(second, (50, 50))
+    assert nb.first_failure(tmp_path)["error"] == "ValueError: second"
+    assert nb.first_failure(tmp_path / "nothing") is None
+
+
+def test_key_error_lines_finds_each_exception_once():
+    lines = ["Traceback (most recent call last):", '  File "<string>", line 1, in <module>',
+             "AttributeError: Can't get attribute 'train' on <module '__main__' (built-in)>",
+             "AttributeError: Can't get attribute 'train' on <module '__main__' (built-in)>",
+             "W1122 torch/multiprocessing/spawn.py:165] Terminating process 20201 via signal SIGTERM",
+             "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with exit code 1"]
+    assert nb.key_error_lines(lines) == [
+        "AttributeError: Can't get attribute 'train' on <module '__main__' (built-in)>",
+        "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with exit code 1"]
+
+
+def test_descendants_follow_the_whole_tree_only():
+    parents = {10: 1, 11: 10, 12: 11, 13: 10, 20: 1, 21: 20}
+    assert nb.descendants(10, parents) == {11, 12, 13}
+    assert nb.descendants(12, parents) == set()
+
+
+# The cost model
+
+
+def test_ring_allreduce_sends_twice_n_minus_one_over_n_of_the_data():
+    assert nb.ring_allreduce_bytes(100, 1) == 0
+    assert nb.ring_allreduce_bytes(100, 2) == 100
+    assert nb.ring_allreduce_bytes(100, 4) == 150
+
+
+def test_predicted_samples_per_s_with_and_without_overlap():
+    assert nb.predicted_samples_per_s(2, 128, 0.010, 0.002, overlap=False) == pytest.approx(256 / 0.012)
+    assert nb.predicted_samples_per_s(2, 128, 0.010, 0.002, overlap=True) == pytest.approx(256 / 0.010)
+    assert nb.predicted_samples_per_s(2, 128, 0.001, 0.004, overlap=True) == pytest.approx(256 / 0.004)
+
+
+def test_two_gpu_prediction_big_models_gain_small_models_lose():
+    link = nb.PCIE3_X16_BYTES_PER_S / 2
+    resnet = nb.two_gpu_prediction("resnet", 11_689_512, 2 * 1.81e9, 64, nb.T4_FLOAT32_FLOP_PER_S / 2, link)
+    disc = nb.two_gpu_prediction("disc", 703_142, 2 * 703_142, 128, nb.T4_FLOAT32_FLOP_PER_S / 2, link)
+    assert 1.8 < resnet["speedup_no_overlap"] <= resnet["speedup_full_overlap"] <= 2.0
+    assert disc["speedup_no_overlap"] < disc["speedup_full_overlap"] < 1.0
+    assert resnet["allreduce_ms"] == pytest.approx(4 * 11_689_512 / link * 1000)
+
+
+def speed_run(processes, threads, samples_per_s, step_ms, compute_ms, allreduce_ms):
+    extra = {"world_size": processes, "threads": threads, "samples_per_s": samples_per_s,
+             "step_ms": step_ms, "compute_ms": compute_ms, "allreduce_ms": allreduce_ms,
+             "gradient_MB": 2.8}
+    line = "RESULT " + json.dumps({"rank": 0, "device": "cpu", "accuracy": 0.9, "checksum": "c", **extra})
+    return {"output": [(0, line)]}
+
+
+def speed_table(solo, many):
+    import pandas as pd
+    return pd.DataFrame([nb.speed_row("1 process", solo), nb.speed_row("2 processes", many)]).set_index("run")
+
+
+def test_speed_row_splits_the_step_into_compute_allreduce_and_rest():
+    row = nb.speed_row("2 processes", speed_run(2, 1, 18000, 14.0, 8.0, 3.0))
+    assert row["rest_ms"] == pytest.approx(3.0) and row["threads_each"] == 1
+    assert nb.speed_row("broken", {"output": [(0, "no result")]})["samples_per_s"] != 18000
+
+
+def test_explain_speedup_reads_the_table_honestly():
+    slower = speed_table(speed_run(1, 2, 24000, 5.3, 4.5, 0.0), speed_run(2, 1, 18000, 14.0, 8.0, 3.0))
+    assert "came on top" in nb.explain_speedup(slower, "gloo", 2)
+    impossible = speed_table(speed_run(1, 2, 4000, 30, 17, 0.0), speed_run(2, 1, 31000, 8, 2.5, 0.3))
+    assert "quiet machine" in nb.explain_speedup(impossible, "gloo", 2)
+    gpus = speed_table(speed_run(1, 1, 10000, 10, 10, 0), speed_run(2, 1, 19000, 10.5, 10, 0.4))
+    assert "ideal with 2 GPUs" in nb.explain_speedup(gpus, "nccl", 8)
+
+
+def test_describe_ending_says_who_was_stopped():
+    stopped = {"returncodes": [1, -15], "ended_s": [20.0, 31.0], "seconds": 31.0,
+               "stopped": "one was still running 10 s after another had ended"}
+    text = nb.describe_ending(stopped)
+    assert "node0's launcher failed with exit code 1 after 20.0 s" in text
+    assert "node1's launcher stopped by the notebook" in text and "exit barrier" in text
+    ended = {"returncodes": [1, 1], "ended_s": [20.0, 21.0], "seconds": 21.0, "stopped": None}
+    assert "none waited" in nb.describe_ending(ended)
+
+
+# Running programs: time limits, and nothing left behind
+
+
+def assert_all_gone(pids):
+    """Every process in `pids` has exited (checked with psutil too when it is installed)."""
+    assert all(not nb.is_alive(pid) for pid in pids), [pid for pid in pids if nb.is_alive(pid)]
+    try:
+        import psutil
+    except ImportError:
+        return
+    for pid in pids:
+        if psutil.pid_exists(pid):
+            assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+# A parent that starts a child in a session of its own, as torchrun does with its workers.
+PARENT_WITH_DETACHED_CHILD = """
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+print("child started", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_time_limit_stops_a_program_and_its_detached_child():
+    run = nb.run_launchers([[sys.executable, "-c", PARENT_WITH_DETACHED_CHILD]], time_limit_s=8, echo=False)
+    assert run["stopped"] and "time limit" in run["stopped"]
+    assert any("child started" in line for _, line in run["output"])
+    assert len(run["started"]) == 1 and run["leftovers"] == []
+    assert_all_gone(run["started"])
+    assert run["seconds"] < 30
+
+
+def test_a_program_that_outlives_its_peer_is_stopped_after_the_patience():
+    commands = [[sys.executable, "-c", "print('done')"], [sys.executable, "-c", "import time; time.sleep(600)"]]
+    run = nb.run_launchers(commands, time_limit_s=120, patience_s=2, echo=False)
+    assert run["returncodes"][0] == 0 and run["returncodes"][1] < 0
+    assert "still running" in run["stopped"] and run["seconds"] < 30
+    assert (0, "done") in run["output"]
+
+
+WORKER_THAT_HANGS = """
+import os, time
+print("worker", os.environ["RANK"], "ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_torchrun_stopped_at_the_time_limit_leaves_no_worker(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(WORKER_THAT_HANGS)
+    command = nb.torchrun_command(script, 2, log_dir=tmp_path / "logs")  # else torchrun leaves a temp folder
+    run = nb.run_launchers([command], time_limit_s=25, env=nb.launch_env(1), echo=False)
+    ready = [line for _, line in run["output"] if "ready" in line]
+    assert len(ready) == 2, run["output"]  # both workers were running when the limit struck
+    assert len(run["started"]) >= 2 and run["leftovers"] == []
+    assert_all_gone(run["started"])
+
+
+def test_two_node_rendezvous_trains_one_model_and_leaves_no_process_or_port(tmp_path):
+    script = nb.write_script(tmp_path / "06_train_ddp.py", SCRIPT_PARTS)
+    port = nb.free_port()
+    commands = [nb.torchrun_command(script, 1, nnodes=2, endpoint=f"127.0.0.1:{port}", run_id="test",
+                                    log_dir=tmp_path / f"node{node}",
+                                    script_args=["--epochs", 1, "--depth", 4, "--points", 512, "--cpu"])
+                for node in range(2)]
+    run = nb.run_launchers(commands, time_limit_s=240, env=nb.launch_env(1), patience_s=30, echo=False)
+    assert run["returncodes"] == [0, 0] and run["stopped"] is None, run["output"][-20:]
+    results = nb.parse_results(run["output"])
+    assert [r["rank"] for r in results] == [0, 1] and nb.checksums_agree(results)
+    assert len(run["started"]) >= 2 and run["leftovers"] == []
+    assert_all_gone(run["started"])
+    with socket.socket() as server:  # nothing listens on the rendezvous port any more
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", port))
+        server.listen()
