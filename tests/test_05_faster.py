@@ -267,15 +267,36 @@ def event(name, parent=None):
     return types.SimpleNamespace(name=name, cpu_parent=parent)
 
 
-def test_only_top_level_operations_outside_data_loading_are_counted():
+def test_operations_are_counted_in_their_part_and_only_once():
     forward = event("forward")
     convolution = event("aten::conv2d", forward)
-    assert nb.is_counted_operation(convolution)
-    assert not nb.is_counted_operation(event("aten::mkldnn_convolution", convolution))  # nested
-    assert not nb.is_counted_operation(event("aten::to", event("data")))  # data loading
-    assert not nb.is_counted_operation(forward)  # a label, not an operation
-    backward = event("autograd::engine::evaluate_function: ConvolutionBackward0")
-    assert nb.is_counted_operation(event("aten::convolution_backward", backward))
+    assert nb.operation_part(convolution) == "forward"
+    assert nb.operation_part(event("aten::mkldnn_convolution", convolution)) is None  # nested: not again
+    assert nb.operation_part(event("aten::to", event("data"))) == "data"
+    assert nb.operation_part(forward) is None  # a label, not an operation
+    adam = event("Optimizer.step#Adam.step", event("optimizer"))
+    assert nb.operation_part(event("aten::addcdiv_", adam)) == "optimizer"
+    assert nb.operation_part(event("aten::detach")) == "other"
+
+
+def test_backward_operations_count_as_backward_on_the_autograd_thread_too():
+    engine = event("autograd::engine::evaluate_function: ConvolutionBackward0")
+    assert nb.operation_part(event("aten::convolution_backward", engine)) == "backward"  # no label above
+    on_cpu = event("autograd::engine::evaluate_function: ReluBackward0", event("backward"))
+    assert nb.operation_part(event("aten::threshold_backward", on_cpu)) == "backward"
+
+
+def test_a_variant_switches_the_fused_optimizer_and_the_memory_format(monkeypatch):
+    monkeypatch.setitem(nb.new_run.__globals__, "device", torch.device("cpu"))
+    monkeypatch.setitem(nb.new_run.__globals__, "LEARNING_RATE", 1e-3)
+    plain = nb.new_run(4, iter([]), batch_size=2, steps=10, variant={})
+    assert not plain.optimizer.defaults["fused"]
+    fused = nb.new_run(4, iter([]), batch_size=2, steps=10,
+                       variant={"fused_optimizer": True, "channels_last": True})
+    assert fused.optimizer.defaults["fused"] is True
+    assert fused.memory_format == torch.channels_last
+    weight = fused.model[0].weight
+    assert weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
 
 
 def test_part_times_only_when_asked(monkeypatch):
@@ -291,7 +312,9 @@ def test_part_times_only_when_asked(monkeypatch):
 
 
 def test_every_variant_of_the_notebook_has_a_gpu_note():
-    names = ["num_workers=2", "torch.compile, backend=inductor", "torch.compile, backend=aot_eager",
+    names = ["num_workers=2", "num_workers=1, torch.set_num_threads(1)", "Adam(fused=True)",
+             "torch.compile, backend=inductor", "torch.compile, backend=aot_eager",
+             "torch.compile (inductor) + fused Adam",
              "torch.compile, mode=reduce-overhead (CUDA graphs)", "batch 8 times larger",
              "autocast bfloat16", "autocast float16 + GradScaler", "channels_last",
              "TF32 matrix products", "cudnn.benchmark"]
