@@ -98,6 +98,24 @@ def workspace(tmp_path_factory):
     return tmp_path_factory.mktemp("offline_kaggle")
 
 
+@pytest.fixture(scope="module")
+def run_without(workspace):
+    """run_without(package, prefix): notebook `prefix`'s cells, run alone where `package` is missing.
+
+    Each environment is built once and shared by the tests that need it.
+    """
+    pythons = {}
+
+    def run(distribution, prefix):
+        if distribution not in pythons:
+            pythons[distribution] = environment_without(distribution, workspace / f"venv_no_{distribution}")
+        folder = workspace / f"run{prefix}_no_{distribution}"
+        folder.mkdir()
+        return run_alone(pythons[distribution], prefix, folder)
+
+    return run
+
+
 def test_pip_really_fails_in_that_environment(workspace):
     python = environment_without("ddgs", workspace / "venv_pip_check")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PIP_")},
@@ -110,11 +128,8 @@ def test_pip_really_fails_in_that_environment(workspace):
     assert pip.returncode != 0 and "No matching distribution" in pip.stderr
 
 
-def test_notebook_01_without_fastai_runs_to_the_end_and_skips_step_6(workspace):
-    python = environment_without("fastai", workspace / "venv_no_fastai")
-    folder = workspace / "run01"
-    folder.mkdir()
-    cells = run_alone(python, "01", folder)
+def test_notebook_01_without_fastai_runs_to_the_end_and_skips_step_6(run_without):
+    cells = run_without("fastai", "01")
     assert errors(cells) == []
     assert all(cell["count"] is not None for cell in cells), "every code cell must have run"
     setup = text_of(cells[0])
@@ -123,11 +138,8 @@ def test_notebook_01_without_fastai_runs_to_the_end_and_skips_step_6(workspace):
     assert any("Step 6 skipped" in text_of(cell) for cell in cells[2:])
 
 
-def test_notebook_03_without_ddgs_takes_the_offline_path_to_the_end(workspace):
-    python = environment_without("ddgs", workspace / "venv_no_ddgs")
-    folder = workspace / "run03"
-    folder.mkdir()
-    cells = run_alone(python, "03", folder)
+def test_notebook_03_without_ddgs_takes_the_offline_path_to_the_end(run_without):
+    cells = run_without("ddgs", "03")
     assert errors(cells) == []
     assert all(cell["count"] is not None for cell in cells), "every code cell must have run"
     setup = " ".join(text_of(cells[0]).split())
@@ -136,11 +148,8 @@ def test_notebook_03_without_ddgs_takes_the_offline_path_to_the_end(workspace):
     assert any("ddgs" in text_of(cell) for cell in cells[2:]), "the search step must say why it is skipped"
 
 
-def test_notebook_03_without_fastai_stops_with_the_plain_message(workspace):
-    python = environment_without("fastai", workspace / "venv_no_fastai_03")
-    folder = workspace / "run03_no_fastai"
-    folder.mkdir()
-    cells = run_alone(python, "03", folder)
+def test_notebook_03_without_fastai_stops_with_the_plain_message(run_without):
+    cells = run_without("fastai", "03")
     (error,) = [output for output in cells[0]["outputs"] if output["output_type"] == "error"]
     assert error["ename"] == "SetupStopped"
     assert error["traceback"] == ["Setup stopped: this notebook needs the package(s) named above."]
