@@ -175,6 +175,15 @@ def test_first_failure_breaks_ties_by_file_time_and_finds_nothing_in_an_empty_fo
     assert nb.first_failure(tmp_path / "nothing") is None
 
 
+def test_first_failure_skips_an_error_file_cut_off_by_a_stopped_process(tmp_path):
+    write_error_file(tmp_path, 0, "RuntimeError: Parent directory x does not exist.", 1000)
+    cut = write_error_file(tmp_path, 1, "RuntimeError: Connection closed by peer", 999)
+    cut.write_text('{"message": {"mess')  # the process was stopped while it wrote the file
+    (tmp_path / "run_x" / "attempt_0" / "2").mkdir()
+    (tmp_path / "run_x" / "attempt_0" / "2" / "error.json").write_text("")
+    assert "Parent directory" in nb.first_failure(tmp_path)["error"]
+
+
 def test_key_error_lines_finds_each_exception_once():
     lines = ["Traceback (most recent call last):", '  File "<string>", line 1, in <module>',
              "AttributeError: Can't get attribute 'train' on <module '__main__' (built-in)>",
