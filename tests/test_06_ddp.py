@@ -52,6 +52,16 @@ def test_the_script_leaves_the_group_together_and_last():
     assert ast.unparse(last_statement) == "leave_process_group(args.skip_final_barrier)"
 
 
+def test_on_gloo_the_script_ends_the_process_right_after_closing_the_group():
+    # gloo's worker threads outlive destroy_process_group under DDP, and can abort Python's shutdown
+    # ("terminate called without an active exception"): the script skips it with os._exit(0).
+    leave = function_source("leave_process_group")
+    assert 'gloo = dist.get_backend() == "gloo"' in leave  # asked before the group is gone
+    assert leave.index("dist.destroy_process_group()") < leave.index("sys.stdout.flush()") \
+        < leave.index("os._exit(0)")
+    assert ast.unparse(ast.parse(leave).body[0].body[-1].test) == "gloo"
+
+
 def test_write_script_writes_the_parts_in_order(tmp_path):
     path = nb.write_script(tmp_path / "train.py", ["a = 1\n", "b = a + 1\n"])
     assert path.read_text() == "a = 1\nb = a + 1\n"
