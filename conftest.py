@@ -19,3 +19,22 @@ def pytest_configure(config):
     os.environ["TUTORIAL_FAST"] = "0" if config.getoption("--full-size") else "1"
     # Matplotlib must not try to open a window from plain tests (the notebooks draw inline).
     os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+# The longest files first, so that the two workers of `-n 2 --dist loadfile` finish together instead
+# of one of them running the browser test alone at the end (measured with --durations; pytest.ini
+# turns off xdist's own reordering, which puts files with the most tests first). Notebook 05 goes
+# before 06 so that its torch.compile work is done before the browser test reaches its own copy.
+LONGEST_FIRST = ["tests/test_browser.py", "notebooks/05_", "notebooks/06_", "tests/test_03_bird.py",
+                 "notebooks/03_", "tests/test_06_ddp.py", "tests/test_missing_packages.py",
+                 "notebooks/04_", "notebooks/02_", "notebooks/01_"]
+
+
+def run_order(nodeid):
+    """Where a test goes: the position of its file in LONGEST_FIRST, or after them all."""
+    return next((rank for rank, start in enumerate(LONGEST_FIRST) if nodeid.startswith(start)),
+                len(LONGEST_FIRST))
+
+
+def pytest_collection_modifyitems(session, config, items):
+    items.sort(key=lambda item: run_order(item.nodeid))  # stable: a file's tests keep their order
