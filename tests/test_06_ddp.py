@@ -62,6 +62,28 @@ def test_on_gloo_the_script_ends_the_process_right_after_closing_the_group():
     assert ast.unparse(ast.parse(leave).body[0].body[-1].test) == "gloo"
 
 
+@pytest.mark.parametrize("backend, skip_barrier, calls", [
+    ("gloo", False, ["get_backend", "barrier", "destroy_process_group", "flush", "flush", "_exit(0)"]),
+    ("gloo", True, ["get_backend", "destroy_process_group", "flush", "flush", "_exit(0)"]),
+    ("nccl", False, ["get_backend", "barrier", "destroy_process_group"]),  # GPUs: Python's shutdown
+])
+def test_leave_process_group_exits_at_once_on_gloo_only(backend, skip_barrier, calls):
+    # Run the script's function with stand-ins shaped like torch.distributed, sys and os.
+    done = []
+
+    class Dist:
+        get_backend = staticmethod(lambda: done.append("get_backend") or backend)
+        barrier = staticmethod(lambda: done.append("barrier"))
+        destroy_process_group = staticmethod(lambda: done.append("destroy_process_group"))
+
+    stream = type("Stream", (), {"flush": lambda self: done.append("flush")})()
+    namespace = {"dist": Dist, "sys": type("Sys", (), {"stdout": stream, "stderr": stream}),
+                 "os": type("Os", (), {"_exit": staticmethod(lambda code: done.append(f"_exit({code})"))})}
+    exec(function_source("leave_process_group"), namespace)
+    namespace["leave_process_group"](skip_barrier)
+    assert done == calls
+
+
 def test_write_script_writes_the_parts_in_order(tmp_path):
     path = nb.write_script(tmp_path / "train.py", ["a = 1\n", "b = a + 1\n"])
     assert path.read_text() == "a = 1\nb = a + 1\n"
