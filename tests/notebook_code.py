@@ -6,6 +6,7 @@ notebook, never its work: import statements, function and class definitions, and
 UPPER_CASE constants whose value is a plain literal.
 """
 import ast
+import re
 import types
 from pathlib import Path
 
@@ -57,3 +58,34 @@ def load_helpers(prefix):
         code = compile(ast.Module(body=body, type_ignores=[]), f"<notebook {prefix}>", "exec")
         exec(code, namespace)
     return types.SimpleNamespace(**namespace)
+
+
+SUMMARY_HEADING = re.compile(r"^#+ (?:Step \d+ · )?Summary\b", re.IGNORECASE | re.MULTILINE)
+
+
+def core_markdown(notebook):
+    """The markdown text of the core: every markdown cell before the Summary heading, and the part
+    of the Summary's own cell before that heading."""
+    texts = []
+    for cell in notebook.cells:
+        if cell.cell_type != "markdown":
+            continue
+        found = SUMMARY_HEADING.search(cell.source)
+        if found:
+            texts.append(cell.source[:found.start()])
+            break
+        texts.append(cell.source)
+    return "\n".join(texts)
+
+
+def core_words(notebook):
+    """Markdown words of the core (whitespace-separated, as a word counter counts them)."""
+    return len(core_markdown(notebook).split())
+
+
+def workshop_minutes(notebook):
+    """The minutes the title table's "workshop" row estimates for reading and running the core
+    (every number before "min" in that row), or [] when there is no such row."""
+    rows = [line for line in notebook.cells[0].source.splitlines()
+            if line.startswith("|") and "workshop" in line.lower()]
+    return [int(number) for row in rows for number in re.findall(r"(\d+)\s*min", row)]
