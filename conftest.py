@@ -5,6 +5,12 @@ environment; `--full-size` runs the notebooks at the size a learner gets instead
 The notebook kernels that nbval starts inherit this process's environment.
 """
 import os
+import sys
+from pathlib import Path
+
+# The tests' own modules (notebook_code, helper_coverage) live in tests/, which has no __init__.py.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
+pytest_plugins = ["helper_coverage"]  # branch coverage of the notebooks' helpers, printed at the end
 
 
 def pytest_addoption(parser):

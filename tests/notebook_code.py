@@ -100,14 +100,17 @@ def helper_file(prefix):
     return HELPER_DIR / f"{notebook_path(prefix).stem}.py"
 
 
-def _write_if_changed(path, text):
-    """Write atomically (parallel test workers write the same file), and only when it changed."""
-    if path.is_file() and path.read_text() == text:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+def write_helper_file(prefix):
+    """Write helper_file(prefix) when it is missing or out of date; returns its path. Atomic:
+    parallel test workers write the same file."""
+    text, _ = helper_source(prefix)
+    path = helper_file(prefix)
+    if not (path.is_file() and path.read_text() == text):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(text)
+        os.replace(temporary, path)
+    return path
 
 
 def load_helpers(prefix):
@@ -116,11 +119,9 @@ def load_helpers(prefix):
     They run from a generated file, helper_file(prefix), so that coverage.py measures them and a
     traceback shows their lines; each line there is the same line of its cell (see helper_source).
     """
-    text, _ = helper_source(prefix)
-    path = helper_file(prefix)
-    _write_if_changed(path, text)
+    path = write_helper_file(prefix)
     namespace = {"__name__": f"notebook_{prefix}"}
-    exec(compile(text, str(path), "exec"), namespace)
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
     return types.SimpleNamespace(**namespace)
 
 
