@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from notebook_code import load_helpers
+from shared_checks import code_lines_too_long
 
 nb = load_helpers("01")
 
@@ -122,7 +123,7 @@ def test_failed_install_on_kaggle_says_switch_internet_on_and_what_still_works()
     flat = " ".join(report.split())
     assert "Settings > Internet" in flat and "No matching distribution" in flat
     assert "Step 6 is skipped" in flat and "stops" not in flat
-    assert all(len(line) <= 100 for line in report.splitlines())
+    assert code_lines_too_long(report) == [], "the paragraph fits the notebook's 100 characters"
 
 
 def test_a_package_the_notebook_cannot_run_without_stops_it_with_the_fix():
