@@ -39,6 +39,7 @@ def start_measuring(run_dir):
 
     measure = coverage.Coverage(data_file=str(Path(run_dir) / DATA_FILE.name), data_suffix=True, branch=True,
                                 include=[str(HELPER_DIR / "*.py")], config_file=False)
+    measure.set_option("run:disable_warnings", ["no-data-collected"])  # a worker that ran only notebooks
     measure.start()
     return measure
 

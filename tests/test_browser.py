@@ -7,8 +7,8 @@ until the kernel is idle, and checks the page: every code cell ran; no output is
 from the notebook model, because the page draws a traceback and a warning on stderr alike); no
 dialog (a dead kernel opens one) and no error in the browser console; the figures are on the page
 as images and the tables as HTML tables, as many as the notebook's own source promises; warnings
-shown in red are ones the prose explains (ALLOWED_STDERR); cells folded with `#@title` are shown
-folded. It saves a screenshot of each notebook under the pytest temporary folder
+shown in red are ones the prose explains (ALLOWED_STDERR); every verdict tests/verdicts.py expects on
+this machine is on the page; cells folded with `#@title` are shown folded. It saves a screenshot of each notebook under the pytest temporary folder
 (`browser-screenshots/`), and stops the server, its kernels and the browser by process id.
 
 The notebooks run in fast mode (TUTORIAL_FAST=1) whatever the command line says. Without a
@@ -33,6 +33,7 @@ import pytest
 
 from notebook_code import NOTEBOOKS, read
 from shared_checks import skip_or_fail
+from verdicts import describe_missing, missing_verdicts
 
 NOTEBOOK_IDS = [path.name for path in NOTEBOOKS]
 
@@ -487,6 +488,13 @@ def test_notebook_runs_in_jupyterlab_in_a_browser(notebook, lab, browser, screen
     allowed = ALLOWED_STDERR.get(notebook.name[:2], [])
     unexplained = unexplained_stderr([cell["model"] for cell in cells], allowed)
     assert not unexplained, f"red (stderr) output that the prose does not explain: {unexplained}"
+
+    file_cells = read(notebook).cells
+    missing = [describe_missing(notebook.name[:2], file_cells[index].get("id"), found, cell["model"]["outputs"])
+               for index, cell in code
+               if (found := missing_verdicts(notebook.name[:2], file_cells[index].get("id"),
+                                             cell["model"]["outputs"]))]
+    assert not missing, "\n".join(missing)
 
     folded = [index for index, cell in enumerate(cells) if folded_by_title(cell["model"]["source"])]
     shown_open = [index for index in folded if not cells[index]["input_hidden"] or cells[index]["editor_visible"]]
