@@ -97,6 +97,33 @@ def test_version_tuple_reads_release_local_and_pre_release_versions():
     assert nb.version_tuple("2.6") == nb.version_tuple("2.6.0")  # padded, so equal releases compare equal
     assert nb.version_tuple("9.0.0rc1") == (9, 0, 0, 0)
     assert nb.version_tuple("2.10.0") > nb.version_tuple("2.9.1")  # numbers, not strings
+    assert nb.version_tuple("2.6.dev20250101") == (2, 6, 0, 0)  # a part without a number ends it
+
+
+def helpers(fastai, fastcore="2.2.39", fasttransform="0.0.5", plum="2.9.0"):
+    """A version_of stand-in for fastai_breakage: one fastai and its three helper packages."""
+    versions = {"fastai": fastai, "fastcore": fastcore, "fasttransform": fasttransform,
+                "plum-dispatch": plum}
+    return versions.get
+
+
+@pytest.mark.parametrize("version_of, broken", [
+    (helpers(None), None),  # no fastai: nothing to say here (package_problems reports it missing)
+    (helpers("2.8.12"), None),  # exactly FASTAI_FIX: works with today's helpers
+    (helpers("2.8.11"), "lacks an import"),  # the first release below the fix
+    (helpers("2.8.10", fasttransform="0.0.3"), "fasttransform 0.0.3"),  # exactly the breaking helper
+    (helpers("2.8.10", fasttransform="0.0.2", plum="2.9.9"), None),  # just below both
+    (helpers("2.8.8", fasttransform="0.0.3"), "fasttransform 0.0.3"),  # 2.8.8 is on the newer side
+    (helpers("2.8.7", fastcore="1.14.5", fasttransform="0.0.3"), None),  # below 2.8.8: not that rule
+    (helpers("2.8.7", fastcore="2"), "fastcore 2"),  # exactly fastcore 2
+    (helpers("2.8.7", fastcore="1.99.9", fasttransform="0.0.2"), None),
+    (helpers("2.8.8", fasttransform="0.0.2", plum="2.10"), "plum-dispatch 2.10"),  # exactly 2.10
+    (helpers("2.8.8", fasttransform=None, plum=None), None),  # helpers not installed: not newer
+], ids=["none", "fix", "2.8.11", "ft-0.0.3", "below-both", "2.8.8-ft", "2.8.7-ft", "fastcore-2", "fastcore-1",
+        "plum-2.10", "no-helpers"])
+def test_fastai_breakage_at_the_edge_of_every_rule(version_of, broken):
+    result = nb.fastai_breakage(version_of)
+    assert result is None if broken is None else broken in result
 
 
 def fake_versions(installed):
