@@ -6,20 +6,23 @@ same line of its cell), so coverage.py, told to measure those files only, can sa
 branches of the helpers the tests executed. The notebooks' own runs (nbval, the browser test) happen in
 Jupyter kernels, other processes, and are not measured: the figures are the unit tests' alone.
 
-With pytest-xdist every worker measures the tests it runs and saves its data in a folder of this run;
+Only tests whose module imports load_helpers, and load_helpers itself, are measured (the tracer slows
+everything it watches); with pytest-xdist every worker measures the tests it runs and saves its data in a folder of this run;
 the controller combines them and prints the report. `--no-helper-coverage` turns it all off.
 Afterwards `.venv/bin/python -m coverage report -m --data-file=.test-cache/coverage/helpers` lists the
 missing lines and branches (`coverage html` with the same option draws them); every generated file
 names, above each cell's lines, the notebook cell they come from.
 """
+import contextlib
+import functools
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
+import notebook_code
 from notebook_code import (HELPER_DIR, INSTALL_CELL_FIRST_LINE, NOTEBOOKS, REPO, SHARED_CELL_FIRST_LINE,
                            helper_source, notebook_path, read, write_helper_file)
 
@@ -33,15 +36,48 @@ def pytest_addoption(parser):
                      help="do not measure the branch coverage of the notebooks' helpers")
 
 
-def start_measuring(run_dir):
-    """Start coverage.py in this process for the generated helper files; returns it, or None."""
-    import coverage
+class Measurement:
+    """coverage.py for the generated helper files, switched on only while something can run them: a
+    test whose module imports load_helpers, and load_helpers itself (a module's `nb = load_helpers(..)`
+    runs at collection, while the test modules import torch, fastai, ...: too slow to trace)."""
 
-    measure = coverage.Coverage(data_file=str(Path(run_dir) / DATA_FILE.name), data_suffix=True, branch=True,
-                                include=[str(HELPER_DIR / "*.py")], config_file=False)
-    measure.set_option("run:disable_warnings", ["no-data-collected"])  # a worker that ran only notebooks
-    measure.start()
-    return measure
+    def __init__(self, run_dir):
+        import coverage
+
+        self.coverage = coverage.Coverage(data_file=str(Path(run_dir) / DATA_FILE.name), data_suffix=True,
+                                          branch=True, include=[str(HELPER_DIR / "*.py")], config_file=False)
+        self.coverage.set_option("run:disable_warnings", ["no-data-collected"])  # ran only notebooks
+        self.depth = 0
+
+    @contextlib.contextmanager
+    def on(self):
+        """Measure inside this block (blocks may nest)."""
+        if self.depth == 0:
+            self.coverage.start()
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if self.depth == 0:
+                self.coverage.stop()
+
+    def save(self):
+        self.coverage.save()
+
+
+def start_measuring(config, run_dir):
+    """Set up the measurement of this process, and make load_helpers measure what it runs."""
+    measurement = config.helper_coverage = Measurement(run_dir)
+    plain_load_helpers = notebook_code.load_helpers
+
+    @functools.wraps(plain_load_helpers)
+    def load_helpers(prefix):
+        with measurement.on():
+            return plain_load_helpers(prefix)
+
+    # The test modules are imported after this, so `from notebook_code import load_helpers` gets it.
+    notebook_code.load_helpers = load_helpers
 
 
 def pytest_configure(config):
@@ -51,7 +87,7 @@ def pytest_configure(config):
     worker_input = getattr(config, "workerinput", None)
     if worker_input is not None:  # an xdist worker: measure into the folder the controller made
         if worker_input.get("helper_coverage_dir"):
-            config.helper_coverage = start_measuring(worker_input["helper_coverage_dir"])
+            start_measuring(config, worker_input["helper_coverage_dir"])
         return
     COVERAGE_DIR.mkdir(parents=True, exist_ok=True)
     # Every notebook's file, also those no test loads: the report lists them too, with nothing run.
@@ -59,7 +95,7 @@ def pytest_configure(config):
     config.helper_coverage_dir = tempfile.mkdtemp(prefix="run-", dir=COVERAGE_DIR)
     distributed = config.getoption("dist", "no") != "no" and bool(config.getoption("tx", None))
     if not distributed:  # the tests run in this process
-        config.helper_coverage = start_measuring(config.helper_coverage_dir)
+        start_measuring(config, config.helper_coverage_dir)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -68,13 +104,27 @@ def pytest_configure_node(node):
     node.workerinput["helper_coverage_dir"] = getattr(node.config, "helper_coverage_dir", None)
 
 
+def runs_helpers(item):
+    """True for a test whose module imports load_helpers: only those can run a notebook's helpers.
+    The others (nbval's cells, the browser test, ...) run without the tracer, which costs time."""
+    return hasattr(getattr(item, "module", None), "load_helpers")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    measurement = item.config.helper_coverage
+    if measurement is None or not runs_helpers(item):
+        return (yield)
+    with measurement.on():
+        return (yield)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session):
     """Save this process's data; a worker does so before xdist tells the controller it has finished."""
-    measure = session.config.helper_coverage
-    if measure is not None:
-        measure.stop()
-        measure.save()
+    measurement = session.config.helper_coverage
+    if measurement is not None:
+        measurement.save()
         session.config.helper_coverage = None
 
 

@@ -26,7 +26,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import psutil  # comes with ipykernel, which JupyterLab needs
 import pytest

@@ -11,13 +11,14 @@ from notebook_code import helper_file, load_helpers
 def test_this_run_measures_the_helpers_in_their_generated_files(request):
     if request.config.getoption("--no-helper-coverage"):
         pytest.skip("this run was started with --no-helper-coverage")
-    measure = request.config.helper_coverage
-    assert measure is not None, "the test process must be measuring the notebooks' helpers"
+    measurement = request.config.helper_coverage
+    assert measurement is not None, "the test process must be measuring the notebooks' helpers"
+    assert measurement.depth == 1, "switched on for this test, which imports load_helpers"
     nb = load_helpers("01")
     nb.version_tuple("2.6.1+cu130")
     lines, first = inspect.getsourcelines(nb.version_tuple)
     body = [first + offset for offset, line in enumerate(lines) if "numbers.append" in line]
-    data = measure.get_data()
+    data = measurement.coverage.get_data()
     assert str(helper_file("01")) in data.measured_files()
     assert set(body) <= set(data.lines(str(helper_file("01")))), "the loop body of version_tuple ran"
 
@@ -77,3 +78,11 @@ def test_the_report_gives_each_row_and_the_sum():
     assert lines[2].split()[:5] == ["02_y", "2/4", "50", "%", "1/4"]
     assert lines[3] == "    not all run (least covered first): b"
     assert lines[-1].split()[:7] == ["all", "4/6", "67", "%", "3/6", "50", "%"]
+
+
+def test_only_tests_that_can_run_helpers_are_measured(request):
+    from helper_coverage import runs_helpers
+
+    assert runs_helpers(request.node), "this module imports load_helpers"
+    assert not runs_helpers(type("NbvalCell", (), {})()), "an nbval cell has no module"
+    assert not runs_helpers(type("Item", (), {"module": __import__("shared_checks")})())
