@@ -4,14 +4,19 @@ the cost model, and the promise that no launch leaves a process or a port behind
 The last tests launch torchrun for real (on the CPU, over gloo), as the notebook does.
 """
 import ast
+import datetime
+import inspect
 import json
 import os
 import socket
 import subprocess
 import sys
+import types
 
 import pytest
+import torch
 import torch.distributed.run
+from torch.nn.parallel import DistributedDataParallel
 
 from notebook_code import load_helpers
 
@@ -34,12 +39,10 @@ def function_source(name):
 
 def test_the_script_is_valid_python_with_the_parts_of_a_ddp_script():
     compile(SCRIPT_TEXT, "06_train_ddp.py", "exec")
-    group = function_source("start_process_group")
-    assert '"nccl" if use_gpu else "gloo"' in group and 'os.environ["LOCAL_RANK"]' in group
-    assert "timeout=timeout" in group  # a silent peer becomes an error, not a hang
     main = function_source("main")
     assert "DistributedSampler(train_set" in main and "sampler.set_epoch(epoch)" in main
-    assert "DistributedDataParallel(model" in main
+    assert "start_process_group(args.cpu, args.timeout_s)" in main
+    assert "model = wrap_in_ddp(model, device)" in main
     assert "if rank == 0 and args.checkpoint" in main  # the checkpoint is saved once
     assert "dist.all_reduce(counts" in function_source("evaluate")  # the metric covers all processes
     assert "@record" in SCRIPT_TEXT.split("def main")[0].splitlines()[-1]
@@ -82,6 +85,96 @@ def test_leave_process_group_exits_at_once_on_gloo_only(backend, skip_barrier, c
     exec(function_source("leave_process_group"), namespace)
     namespace["leave_process_group"](skip_barrier)
     assert done == calls
+
+
+# The script's GPU path, run with stand-ins (there is no GPU here). Each stand-in has the shape of
+# the real API: torch.cuda.device_count() returns an int, torch.cuda.set_device(device) and
+# dist.init_process_group(backend, ...) return None, DistributedDataParallel(module, device_ids=...)
+# is a module; every recorded call is also bound to the real function's signature.
+
+
+class CudaStandIn:
+    """torch.cuda as the script uses it, on a machine with `count` GPUs."""
+
+    def __init__(self, count):
+        self.count, self.set_device_calls = count, []
+
+    def device_count(self):
+        return self.count
+
+    def set_device(self, device):
+        inspect.signature(torch.cuda.set_device).bind(device)
+        self.set_device_calls.append(device)
+
+
+class DistStandIn:
+    """torch.distributed's init_process_group: records its arguments, returns None."""
+
+    def __init__(self):
+        self.init_calls = []
+
+    def init_process_group(self, *args, **kwargs):
+        inspect.signature(torch.distributed.init_process_group).bind(*args, **kwargs)
+        self.init_calls.append(inspect.signature(torch.distributed.init_process_group)
+                               .bind(*args, **kwargs).arguments)
+
+
+def start_group_with_stand_ins(gpu_count, local_rank, cpu_only, timeout_s=120):
+    """Run the script's start_process_group as torchrun's process `local_rank` would."""
+    cuda, dist = CudaStandIn(gpu_count), DistStandIn()
+    namespace = {"torch": types.SimpleNamespace(device=torch.device, cuda=cuda), "dist": dist,
+                 "os": types.SimpleNamespace(environ={"LOCAL_RANK": str(local_rank)}),
+                 "datetime": datetime}
+    exec(function_source("choose_device") + "\n" + function_source("start_process_group"), namespace)
+    device = namespace["start_process_group"](cpu_only, timeout_s)
+    return device, cuda, dist
+
+
+@pytest.mark.parametrize("local_rank", [0, 1])
+def test_on_two_gpus_each_process_takes_the_gpu_of_its_local_rank_over_nccl(local_rank):
+    device, cuda, dist = start_group_with_stand_ins(2, local_rank, cpu_only=False, timeout_s=120)
+    assert device == torch.device("cuda", local_rank)
+    assert cuda.set_device_calls == [torch.device("cuda", local_rank)]
+    [call] = dist.init_calls
+    assert call["backend"] == "nccl" and call["device_id"] == torch.device("cuda", local_rank)
+    assert call["timeout"] == datetime.timedelta(seconds=120)
+
+
+@pytest.mark.parametrize("gpu_count, cpu_only", [(0, False), (2, True)])
+def test_without_a_gpu_or_with_cpu_the_process_uses_the_cpu_over_gloo(gpu_count, cpu_only):
+    device, cuda, dist = start_group_with_stand_ins(gpu_count, 1, cpu_only)
+    assert device == torch.device("cpu") and cuda.set_device_calls == []
+    [call] = dist.init_calls
+    assert call["backend"] == "gloo" and call["device_id"] is None
+
+
+def test_choose_device_at_its_edges():
+    namespace = {"torch": torch}
+    exec(function_source("choose_device"), namespace)
+    choose = namespace["choose_device"]
+    assert choose(False, 1, 0) == (torch.device("cuda", 0), "nccl")  # one GPU, one process
+    assert choose(False, 0, 0) == (torch.device("cpu"), "gloo")
+    assert choose(True, 1, 0) == (torch.device("cpu"), "gloo")
+    assert choose(False, 2, 1) == (torch.device("cuda", 1), "nccl")  # the last GPU
+    with pytest.raises(RuntimeError, match="no GPU of its own"):
+        choose(False, 2, 2)  # one process more than GPUs: NCCL would refuse a shared GPU
+
+
+@pytest.mark.parametrize("device, device_ids", [(torch.device("cuda", 1), [1]),
+                                                (torch.device("cpu"), None)])
+def test_wrap_in_ddp_names_the_process_gpu_and_none_on_the_cpu(device, device_ids):
+    made = []
+
+    def ddp_stand_in(module, *args, **kwargs):
+        inspect.signature(DistributedDataParallel).bind(module, *args, **kwargs)
+        made.append(kwargs)
+        return module
+
+    namespace = {"DistributedDataParallel": ddp_stand_in}
+    exec(function_source("wrap_in_ddp"), namespace)
+    model = torch.nn.Linear(2, 2)
+    assert namespace["wrap_in_ddp"](model, device) is model
+    assert made == [{"device_ids": device_ids}]  # DDP's docs: one GPU id, or None for a CPU module
 
 
 def test_write_script_writes_the_parts_in_order(tmp_path):
