@@ -18,7 +18,7 @@ import torch
 import torch.distributed.run
 from torch.nn.parallel import DistributedDataParallel
 
-from notebook_code import load_helpers
+from notebook_code import load_helpers, notebook_path, read
 
 nb = load_helpers("06")
 SCRIPT_PARTS = [nb.SCRIPT_START, nb.SCRIPT_GROUP, nb.SCRIPT_MODEL, nb.SCRIPT_STEPS, nb.SCRIPT_SPEED,
@@ -341,13 +341,58 @@ def test_predicted_samples_per_s_with_and_without_overlap():
     assert nb.predicted_samples_per_s(2, 128, 0.001, 0.004, overlap=True) == pytest.approx(256 / 0.004)
 
 
-def test_two_gpu_prediction_big_models_gain_small_models_lose():
-    link = nb.PCIE3_X16_BYTES_PER_S / 2
-    resnet = nb.two_gpu_prediction("resnet", 11_689_512, 2 * 1.81e9, 64, nb.T4_FLOAT32_FLOP_PER_S / 2, link)
-    disc = nb.two_gpu_prediction("disc", 703_142, 2 * 703_142, 128, nb.T4_FLOAT32_FLOP_PER_S / 2, link)
+def t4_prediction(name, weights, forward_flop, batch):
+    link, float32 = nb.PCIE3_X16_BYTES_PER_S / 2, nb.T4_FLOAT32_FLOP_PER_S / 2
+    return nb.two_gpu_prediction(name, weights, forward_flop, batch, float32, link)
+
+
+def disc_prediction(depth, batch):
+    """The notebook's prediction for its disc network: 2 forward FLOPs per weight and sample."""
+    return t4_prediction(f"disc {depth}", nb.disc_weights(depth), 2 * nb.disc_weights(depth), batch)
+
+
+def test_disc_weights_counts_the_weights_of_the_script_network():
+    namespace = {}
+    exec("import math\nfrom torch import nn\nfrom torch.utils.data import TensorDataset\n"
+         + function_source("make_model"), namespace)
+    for depth in (2, 8, 10):
+        model = namespace["make_model"](depth)
+        assert nb.disc_weights(depth) == sum(p.numel() for p in model.parameters())
+    assert (nb.disc_weights(8), nb.disc_weights(10)) == (44_710, 703_142)  # the comment on DEPTH
+
+
+def test_a_deeper_disc_network_gets_the_same_prediction():
+    # Issue 16: computation (6 FLOPs per weight and sample) and gradients (4 bytes per weight) both
+    # grow with the weights, so depth 12 cannot get "closer to 2" than depth 10.
+    depth10, depth12 = disc_prediction(10, 128), disc_prediction(12, 128)
+    assert nb.disc_weights(12) > 15 * nb.disc_weights(10)  # 16 times the weights ...
+    assert depth12["allreduce_ms"] > 15 * depth10["allreduce_ms"]
+    for key in ("flop_per_gradient_byte", "speedup_no_overlap", "speedup_full_overlap"):
+        assert depth12[key] == pytest.approx(depth10[key], rel=1e-9)  # ... and the same speed-up
+    assert depth10["speedup_full_overlap"] < 1  # slower on two GPUs than on one, at any depth
+    assert depth10["flop_per_gradient_byte"] == pytest.approx(1.5 * 128)  # 6 FLOPs / 4 bytes
+
+
+def test_a_bigger_batch_moves_the_prediction():
+    small, large = disc_prediction(10, 128), disc_prediction(10, 2048)
+    assert large["flop_per_gradient_byte"] == pytest.approx(16 * small["flop_per_gradient_byte"])
+    assert large["allreduce_ms"] == pytest.approx(small["allreduce_ms"])  # the same gradients
+    assert large["speedup_no_overlap"] > 1.5 > 1 > small["speedup_full_overlap"]
+
+
+def test_resnet18_computes_about_150_times_more_per_weight_and_sample_and_gains():
+    per_weight = nb.RESNET18_FORWARD_FLOP / nb.RESNET18_WEIGHTS
+    assert 140 < per_weight / 2 < 170  # the disc network: 2 forward FLOPs per weight and sample
+    resnet = t4_prediction("resnet", nb.RESNET18_WEIGHTS, nb.RESNET18_FORWARD_FLOP, 64)
     assert 1.8 < resnet["speedup_no_overlap"] <= resnet["speedup_full_overlap"] <= 2.0
-    assert disc["speedup_no_overlap"] < disc["speedup_full_overlap"] < 1.0
-    assert resnet["allreduce_ms"] == pytest.approx(4 * 11_689_512 / link * 1000)
+    assert resnet["allreduce_ms"] == pytest.approx(4 * nb.RESNET18_WEIGHTS / (nb.PCIE3_X16_BYTES_PER_S / 2) * 1000)
+
+
+def test_the_prose_names_the_lever_not_the_size():
+    markdown = " ".join(cell.source for cell in read(notebook_path("06")).cells if cell.cell_type == "markdown")
+    text = " ".join(markdown.split())
+    assert "closer to 2" not in text and "computation per byte of gradient" in text
+    assert "computes almost nothing" not in text and "tiny network" not in text
 
 
 def speed_run(processes, threads, samples_per_s, step_ms, compute_ms, allreduce_ms):
