@@ -18,7 +18,7 @@ import torch
 import torch.distributed.run
 from torch.nn.parallel import DistributedDataParallel
 
-from notebook_code import load_helpers, notebook_path, read
+from notebook_code import code_cells, load_helpers, notebook_path, read
 
 nb = load_helpers("06")
 SCRIPT_PARTS = [nb.SCRIPT_START, nb.SCRIPT_GROUP, nb.SCRIPT_MODEL, nb.SCRIPT_STEPS, nb.SCRIPT_SPEED,
@@ -235,7 +235,24 @@ def test_launch_plan_one_process_per_gpu_or_two_on_the_cpu(gpus, cores, expected
     plan = nb.launch_plan(gpus, cores)
     assert (plan["nproc"], plan["backend"], "--cpu" in plan["script_args"]) == (expected_nproc, backend, cpu_flag)
     assert plan["threads"] >= 1 and plan["threads"] * plan["nproc"] <= max(cores, plan["nproc"])
-    assert "MPS" in nb.launch_plan(0, 8, "mps")["why"]
+
+
+def test_launch_plan_says_what_runs_on_0_1_and_2_gpus_and_why():
+    none, one, two = (nb.launch_plan(gpus, 8)["why"] for gpus in (0, 1, 2))
+    assert none.startswith("No CUDA GPU") and "gloo" in none
+    # One GPU (Colab's T4): the printout says what runs, that the GPU is idle, and why.
+    assert "Colab's T4" in one and "2 processes on the CPU over gloo" in one
+    assert "GPU stays idle" in one and "NCCL refuses two processes on one GPU" in one
+    assert two.startswith("2 CUDA GPUs: one process per GPU") and "NCCL" in two
+    assert "MPS" in nb.launch_plan(0, 8, "mps")["why"] and "MPS" not in none
+    assert "MPS" not in nb.launch_plan(1, 8, "mps")["why"]  # a CUDA GPU comes first
+
+
+@pytest.mark.parametrize("gpus, cores, threads", [
+    (0, 1, 1), (0, 2, 1), (0, 3, 1), (0, 4, 2), (1, 4, 2),  # the CPU: half the cores each, at least 1
+    (2, 1, 1), (2, 2, 1), (2, 3, 1), (2, 4, 2), (4, 8, 2)])  # GPUs: the cores shared out, at least 1
+def test_launch_plan_threads_at_their_edges(gpus, cores, threads):
+    assert nb.launch_plan(gpus, cores)["threads"] == threads
 
 
 def test_launch_env_sets_threads_and_keeps_the_rest(monkeypatch):
@@ -271,6 +288,29 @@ def test_different_or_missing_checksums_do_not_agree():
     results = nb.parse_results([(0, result_line(0, "abc")), (0, result_line(1, "abd"))])
     assert not nb.checksums_agree(results) and "2 different" in nb.describe_checksums(results, "x")
     assert not nb.checksums_agree([]) and "no process" in nb.describe_checksums([], "x")
+
+
+def test_a_loaded_checkpoint_is_compared_with_rank_0s_checksum(tmp_path):
+    namespace = {}
+    exec("import hashlib\nfrom torch import nn\n" + function_source("make_model") + "\n"
+         + function_source("checksum"), namespace)
+    torch.manual_seed(0)
+    model = namespace["make_model"](4)
+    reported = [{"rank": 0, "checksum": namespace["checksum"](model)}, {"rank": 1, "checksum": "x"}]
+    torch.save(model.state_dict(), tmp_path / "weights.pt")  # what the script's rank 0 does
+    state = torch.load(tmp_path / "weights.pt", map_location="cpu", weights_only=True)
+    assert nb.weights_checksum(state.values()) == reported[0]["checksum"]  # the script's fingerprint
+    assert "bit for bit the trained weights" in nb.describe_checkpoint(state, reported)
+    with torch.no_grad():
+        next(iter(state.values()))[0, 0] += 1.0  # one weight changed
+    assert "differs from rank 0's" in nb.describe_checkpoint(state, reported)
+    assert "no process reported" in nb.describe_checkpoint(state, [])
+
+
+def test_the_notebook_loads_the_checkpoint_onto_the_cpu_with_map_location():
+    loads = [source for source in code_cells(read(notebook_path("06"))) if "torch.load(" in source]
+    assert loads and all('map_location="cpu"' in source and "weights_only=True" in source
+                         for source in loads)
 
 
 def write_error_file(folder, local_rank, message, timestamp):
