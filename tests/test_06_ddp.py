@@ -7,6 +7,7 @@ import ast
 import datetime
 import inspect
 import json
+import math
 import os
 import socket
 import subprocess
@@ -213,6 +214,13 @@ def test_a_two_node_command_uses_a_c10d_rendezvous(tmp_path):
     assert "--tee=3" not in command  # no log folder asked for
 
 
+def test_one_node_with_an_endpoint_meets_at_it_instead_of_standalone():
+    command = nb.torchrun_command("s.py", 2, nnodes=1, endpoint="127.0.0.1:29400")
+    args = torch.distributed.run.parse_args(command[3:])
+    assert not args.standalone and args.rdzv_endpoint == "127.0.0.1:29400" and args.nnodes == "1"
+    assert args.rdzv_conf == ""  # no --rdzv-conf unless asked
+
+
 def test_the_exit_barrier_option_is_passed_only_when_asked():
     assert not any("exit-barrier" in part for part in nb.torchrun_command("s.py", 2))
     command = nb.torchrun_command("s.py", 1, nnodes=2, endpoint="h:1", exit_barrier_timeout_s=30)
@@ -349,6 +357,23 @@ def test_first_failure_skips_an_error_file_cut_off_by_a_stopped_process(tmp_path
     assert "Parent directory" in nb.first_failure(tmp_path)["error"]
 
 
+def test_first_failure_reads_a_message_written_as_plain_text(tmp_path):
+    path = tmp_path / "attempt_0" / "3" / "error.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"message": "Signal 15 (SIGTERM) received by PID 42"}))
+    failure = nb.first_failure(tmp_path)
+    assert failure["local_rank"] == "3" and failure["error"].startswith("Signal 15")
+    assert failure["where"] is None  # no traceback through the script
+
+
+def test_script_frame_takes_the_last_frame_in_the_script():
+    traceback_text = ('  File "/d/06_train_ddp.py", line 200, in <module>\n    main()\n'
+                      '  File "/x/other.py", line 3, in run\n    go()\n'
+                      '  File "/d/06_train_ddp.py", line 176, in main')  # the last line of the text
+    assert nb.script_frame(traceback_text, "06_train_ddp.py") == "line 176, in main: "
+    assert nb.script_frame(traceback_text, "other_script.py") is None
+
+
 def test_key_error_lines_finds_each_exception_once():
     lines = ["Traceback (most recent call last):", '  File "<string>", line 1, in <module>',
              "AttributeError: Can't get attribute 'train' on <module '__main__' (built-in)>",
@@ -451,7 +476,20 @@ def speed_table(solo, many):
 def test_speed_row_splits_the_step_into_compute_allreduce_and_rest():
     row = nb.speed_row("2 processes", speed_run(2, 1, 18000, 14.0, 8.0, 3.0))
     assert row["rest_ms"] == pytest.approx(3.0) and row["threads_each"] == 1
-    assert nb.speed_row("broken", {"output": [(0, "no result")]})["samples_per_s"] != 18000
+    assert (row["processes"], row["samples_per_s"], row["device"]) == (2, 18000, "cpu")
+    # The rest is never negative: the pieces, measured apart, can add up to more than the step.
+    assert nb.speed_row("x", speed_run(2, 1, 18000, 11.0, 8.0, 3.0))["rest_ms"] == 0.0
+    assert nb.speed_row("x", speed_run(2, 1, 18000, 10.0, 8.0, 3.0))["rest_ms"] == 0.0
+
+
+def test_speed_row_of_a_run_without_a_speed_is_nan_and_says_so():
+    untimed = {"output": [(0, result_line(0, "abc"))]}  # a RESULT without --timing-steps
+    for run in ({"output": [(0, "no result")]}, untimed):
+        row = nb.speed_row("broken", run)
+        assert row == {"run": "broken", "samples_per_s": row["samples_per_s"]}
+        assert math.isnan(row["samples_per_s"])
+    table = speed_table({"output": []}, speed_run(2, 1, 18000, 14.0, 8.0, 3.0))
+    assert nb.explain_speedup(table, "gloo", 2).startswith("A timed run did not report its speed")
 
 
 def test_explain_speedup_reads_the_table_honestly():
@@ -463,6 +501,24 @@ def test_explain_speedup_reads_the_table_honestly():
     assert "ideal with 2 GPUs" in nb.explain_speedup(gpus, "nccl", 8)
 
 
+def ratio_table(ratio_per_mille, processes=2):
+    """A speed table whose second run trained `ratio_per_mille` / 1000 times as many samples per second."""
+    return speed_table(speed_run(1, 2, 1000.0, 10, 10, 0),
+                       speed_run(processes, 1, float(ratio_per_mille), 10, 8, 1))
+
+
+@pytest.mark.parametrize("per_mille, backend, expected", [
+    (2200, "nccl", "ideal with 2 GPUs"), (2201, "nccl", "quiet machine"),  # 1.1 x 2 processes
+    (2200, "gloo", "used the cores better"), (2201, "gloo", "quiet machine"),
+    (1051, "gloo", "used the cores better"), (1050, "gloo", "neither way wins"),  # 1.05
+    (950, "gloo", "neither way wins"), (949, "gloo", "came on top"),  # 0.95
+    (500, "nccl", "ideal with 2 GPUs")])
+def test_explain_speedup_at_each_edge(per_mille, backend, expected):
+    text = nb.explain_speedup(ratio_table(per_mille), backend, 2)
+    assert expected in text
+    assert f"{per_mille / 1000:.2f} times as many samples per second" in text
+
+
 def test_describe_ending_says_who_was_stopped():
     stopped = {"returncodes": [1, -15], "ended_s": [20.0, 31.0], "seconds": 31.0,
                "stopped": "one was still running 10 s after another had ended"}
@@ -471,6 +527,10 @@ def test_describe_ending_says_who_was_stopped():
     assert "node1's launcher stopped by the notebook" in text and "exit barrier" in text
     ended = {"returncodes": [1, 1], "ended_s": [20.0, 21.0], "seconds": 21.0, "stopped": None}
     assert "none waited" in nb.describe_ending(ended)
+    ok = {"returncodes": [0, -1], "ended_s": [3.0, None], "seconds": 9.0, "stopped": None}
+    lines = nb.describe_ending(ok).splitlines()
+    assert lines[0] == "node0's launcher succeeded after 3.0 s."
+    assert lines[1] == "node1's launcher stopped by the notebook."  # exit code -1, no end time
 
 
 # Running programs: time limits, and nothing left behind
@@ -486,6 +546,25 @@ def assert_all_gone(pids):
     for pid in pids:
         if psutil.pid_exists(pid):
             assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_stop_reason_at_the_time_limit_and_the_patience():
+    assert nb.stop_reason(240.0, None, True, 240, 15) is None  # exactly at the limit: not yet
+    assert "time limit of 240 s" in nb.stop_reason(240.01, None, True, 240, 15)
+    assert "time limit" in nb.stop_reason(240.01, 16.0, True, 240, 15)  # the limit is said first
+    assert nb.stop_reason(100.0, 15.0, True, 240, 15) is None  # exactly the patience: not yet
+    assert "still running 15 s after" in nb.stop_reason(100.0, 15.01, True, 240, 15)
+    assert nb.stop_reason(100.0, 60.0, False, 240, 15) is None  # all ended: nothing to stop
+    assert nb.stop_reason(100.0, None, True, 240, 15) is None  # none ended yet
+
+
+def test_run_launchers_prefixes_lines_with_the_node_only_for_several(capsys):
+    nb.run_launchers([[sys.executable, "-c", "print('alone')"]], time_limit_s=60)
+    assert capsys.readouterr().out.splitlines() == ["alone"]
+    two = nb.run_launchers([[sys.executable, "-c", "print('a')"], [sys.executable, "-c", "print('b')"]],
+                           time_limit_s=60)
+    assert sorted(capsys.readouterr().out.splitlines()) == ["node0 | a", "node1 | b"]
+    assert two["returncodes"] == [0, 0] and two["stopped"] is None and two["leftovers"] == []
 
 
 # A parent that starts a child in a session of its own, as torchrun does with its workers.
