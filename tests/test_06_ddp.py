@@ -5,21 +5,25 @@ The last tests launch torchrun for real (on the CPU, over gloo), as the notebook
 """
 import ast
 import datetime
+import importlib.util
 import inspect
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed.run
 from torch.nn.parallel import DistributedDataParallel
 
-from notebook_code import code_cells, load_helpers, notebook_path, read
+from notebook_code import (REPO, code_cells, core_markdown, core_words, load_helpers, notebook_path,
+                           read, workshop_minutes)
 
 nb = load_helpers("06")
 SCRIPT_PARTS = [nb.SCRIPT_START, nb.SCRIPT_GROUP, nb.SCRIPT_MODEL, nb.SCRIPT_STEPS, nb.SCRIPT_SPEED,
@@ -628,3 +632,108 @@ def test_two_node_rendezvous_trains_one_model_and_leaves_no_process_or_port(tmp_
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind(("127.0.0.1", port))
         server.listen()
+
+
+# The notebook as a learner meets it (issues 16 and 17)
+
+NOTEBOOK = read(notebook_path("06"))
+GLOSSARY = "../README.md#glossary"
+
+
+def markdown_cells():
+    return [cell.source for cell in NOTEBOOK.cells if cell.cell_type == "markdown"]
+
+
+def test_the_core_fits_a_workshop_slot():
+    # Issue 17: at most 2,000 words before the Summary, and an estimate of the slot on a Colab T4.
+    assert core_words(NOTEBOOK) <= 2000, core_words(NOTEBOOK)
+    minutes = workshop_minutes(NOTEBOOK)
+    assert len(minutes) == 1 and 30 <= minutes[0] <= 60, minutes
+    opening = " ".join(NOTEBOOK.cells[0].source.split())
+    assert "Steps 6 and 7 can be reading only" in opening
+
+
+def test_the_opening_says_what_runs_on_exactly_one_gpu_and_why():
+    opening = " ".join(NOTEBOOK.cells[0].source.split())
+    assert "With exactly one GPU (Colab's T4)" in opening and "GPU stays idle" in opening
+    assert "refuses two processes on one GPU" in opening
+
+
+def test_the_core_links_its_distributed_terms_to_the_glossary_at_first_use():
+    core = re.sub(r"`[^`]*`", "", core_markdown(NOTEBOOK))  # code spans are not prose
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for term in ("backend", "all-reduce", "rank", "process group", "world size", "bandwidth",
+                 "Jupyter kernel", "GPU kernel", "TFLOP/s", "mixed precision"):
+        first = re.search(rf"(?<![\w-]){re.escape(term)}(?![\w-])", core, re.IGNORECASE)
+        assert first, f"{term!r} is not in the core"
+        after = core[first.end():]
+        assert after.startswith(f"]({GLOSSARY})"), f"the first {term!r} is not linked: {after[:40]!r}"
+    for entry in ("**all-reduce**", "**backend", "rank, world size**", "**bandwidth**"):
+        assert entry in readme  # the glossary has the entry the link points to
+
+
+def test_the_script_is_shown_whole_with_highlighting_and_its_ddp_parts_unfolded():
+    cells = [cell for cell in NOTEBOOK.cells if cell.cell_type == "code"]
+    writer = next(cell for cell in cells if "write_script(SCRIPT_PATH" in cell.source)
+    last = ast.parse(writer.source).body[-1]
+    assert ast.unparse(last) == "Code(script_text, language='python')"  # shown, highlighted
+    assert 'script_text = script_path.read_text(encoding="utf-8")' in writer.source  # from disk
+    parts = {name: next(cell for cell in cells if re.search(rf"^{name} = ", cell.source, re.M))
+             for name in ("SCRIPT_START", "SCRIPT_GROUP", "SCRIPT_MODEL", "SCRIPT_STEPS",
+                          "SCRIPT_SPEED", "SCRIPT_MAIN")}
+    folded = {name for name, cell in parts.items() if cell.source.startswith("#@title")}
+    assert folded == {"SCRIPT_START", "SCRIPT_MODEL", "SCRIPT_SPEED"}  # DDP's parts stay in view
+    launch = next(i for i, cell in enumerate(cells) if "ddp_run = run_launchers" in cell.source)
+    assert cells.index(writer) < launch
+
+
+def test_step_7_gives_fastais_script_form_and_notebook_form_where_they_belong():
+    rows = [line for text in markdown_cells() for line in text.splitlines() if "fastai" in line
+            and line.startswith("|")]
+    script_row = next(row for row in rows if "accelerate launch" in row)
+    notebook_row = next(row for row in rows if "notebook_launcher" in row)
+    assert "learn.distrib_ctx():" in script_row and "in_notebook" not in script_row
+    assert "learn.distrib_ctx(in_notebook=True)" in notebook_row
+    spec = importlib.util.find_spec("fastai")
+    if spec is not None:  # fastai's own source has the option the row names
+        source = (Path(spec.origin).parent / "distributed.py").read_text(encoding="utf-8")
+        assert re.search(r"def distrib_ctx\(self: Learner,[^)]*in_notebook=False", source)
+
+
+# The pictures
+
+
+@pytest.mark.parametrize("processes", [1, 2, 3, 4, 8])
+def test_ring_allreduce_steps_end_with_every_chunk_summed_everywhere(processes):
+    moments = nb.ring_allreduce_steps(processes)
+    assert len(moments) == 1 + 2 * (processes - 1)
+    assert moments[0] == [[1] * processes] * processes
+    assert moments[-1] == [[processes] * processes] * processes
+    if processes > 1:  # after reduce-scatter, each process holds one finished chunk, each a different one
+        middle = moments[processes - 1]
+        finished = [[chunk for chunk, count in enumerate(row) if count == processes] for row in middle]
+        assert sorted(chunks[0] for chunks in finished) == list(range(processes))
+        assert all(len(chunks) == 1 for chunks in finished)
+    # every step, every process sends one chunk of 1/N of its gradients: 2 (N - 1) / N in all
+    sent = (len(moments) - 1) * 1 / processes
+    assert sent == pytest.approx(nb.ring_allreduce_bytes(1, processes))
+
+
+def test_the_pictures_draw_with_titles_and_labels():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    plt = nb.plt
+    nb.draw_dataparallel_and_ddp()
+    figure = plt.gcf()
+    titles = [axis.get_title() for axis in figure.axes]
+    assert any("DataParallel" in title for title in titles) and any("1 process per GPU" in t for t in titles)
+    texts = " ".join(text.get_text() for axis in figure.axes for text in axis.texts)
+    assert "all-reduce" in texts and "gradients" in texts
+    plt.close(figure)
+    nb.draw_ring_allreduce(4)
+    figure = plt.gcf()
+    axis = figure.axes[0]
+    assert "Ring all-reduce of 4 processes" in axis.get_title() and "1.5 times" in axis.get_title()
+    assert axis.get_xlabel() and axis.get_ylabel()
+    plt.close(figure)
