@@ -340,6 +340,20 @@ def test_hooks_read_tuple_outputs_and_the_model_itself():
     assert nb.first_non_finite_module(MakesInfItself(1.0), x) is None
 
 
+class Scale(nn.Module):
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x * self.factor
+
+
+def test_hooks_name_the_first_of_several_bad_modules():
+    model = nn.Sequential(nn.Linear(3, 3), Scale(float("inf")), Scale(2.0))
+    assert nb.first_non_finite_module(model, torch.ones(2, 3)) == "1 (Scale)"
+
+
 def test_hooks_are_removed_when_forward_raises():
     model = nn.Sequential(nn.Linear(3, 2))
     with pytest.raises(RuntimeError):
