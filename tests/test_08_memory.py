@@ -324,7 +324,7 @@ def test_every_row_of_the_summary_has_advice():
                               {"processes": 2, "saved_MB": 8.0, "time_cost_%": 20.0})
     assert [row[0] for row in summary] == ["activation checkpointing", "zero_grad(set_to_none=True)",
                                            "inference_mode for evaluation", "FSDP2, 2 processes"]
-    assert summary[2][1:] == (4.0, -30.0)  # inference_mode against the training forward
+    assert summary[2][1:] == pytest.approx((4.0, -30.0))  # inference_mode against the training forward
     for name in [*names, *(row[0] for row in summary)]:
         assert nb.when_to_use(name), f"no advice for {name!r}"
     assert not nb.when_to_use("something else")
