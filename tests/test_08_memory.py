@@ -545,3 +545,31 @@ def test_fsdp2_on_two_cpu_processes_holds_half_and_matches_one_process(tmp_path)
     assert sum(r["optimizer_bytes"] for r in sharded) > reference[0]["optimizer_bytes"]  # step counters
     assert nb.losses_verdict(reference[0]["losses"], sharded[0]["losses"])[0]
     assert sharded[0]["losses"] == sharded[1]["losses"]  # every process reports the mean of all
+
+
+# Every branch a GPU, Mac or AMD machine takes in notebook 08, and the test above that executes it.
+GPU_BRANCHES = {
+    "allocator_peak_bytes on CUDA: reset_peak_memory_stats, run, max_memory_allocated":
+        "test_allocator_peak_resets_runs_and_reads_the_peak_on_cuda_only",
+    "peak_verdict with the allocator's peak (CUDA), and without it on MPS":
+        "test_peak_verdict_at_its_edges",
+    "record_snapshot on CUDA: _record_memory_history, _dump_snapshot, stop recording":
+        "test_record_snapshot_records_dumps_and_stops_recording",
+    "record_snapshot stops recording when the recorded steps fail (CUDA out of memory)":
+        "test_record_snapshot_stops_recording_when_the_run_fails",
+    "low_precision_dtype: float16 below capability 8.0 (T4, V100), bfloat16 from 8.0 (CUDA, ROCm)":
+        "test_low_precision_dtype_is_float16_only_before_capability_8",
+    "autocast and 16-bit weights in float16 (the T4's format), run on the CPU":
+        "test_autocast_shrinks_activations_only_and_16_bit_weights_halve_everything",
+    "launch_plan: NCCL on 2 GPUs, gloo with --cpu on 1 GPU, gloo on MPS":
+        "test_launch_plan_shards_over_gpus_only_when_there_are_two",
+    "fsdp_gate over NCCL": "test_fsdp_gate_at_the_first_release_that_runs_fsdp2_over_gloo",
+    "the script's start_process_group: NCCL, set_device(cuda:LOCAL_RANK)":
+        "test_start_process_group_picks_nccl_and_the_local_gpu_only_with_cuda",
+    "the script's leave_process_group on NCCL: Python's own shutdown":
+        "test_leave_process_group_exits_at_once_on_gloo_only",
+}
+
+
+def test_every_gpu_branch_has_a_test_that_exists():
+    assert all(callable(globals().get(name)) for name in GPU_BRANCHES.values())
