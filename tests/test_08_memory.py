@@ -84,6 +84,20 @@ def test_the_activations_grow_with_the_batch_and_nothing_else_does():
     assert 3.5 < large["activations"] / small["activations"] <= 4.0
 
 
+def test_set_to_none_frees_the_gradients_that_zero_filling_keeps():
+    model = tiny_model()
+    adam = torch.optim.Adam(model.parameters())
+    for set_to_none, held in [(True, 0), (False, 4 * sum(p.numel() for p in model.parameters()))]:
+        nb.memory_of_step(model, adam, *tiny_batch())
+        adam.zero_grad(set_to_none=set_to_none)
+        assert nb.storage_bytes(p.grad for p in model.parameters()) == held
+
+
+def test_checkpointed_uses_the_non_reentrant_variant():
+    source = next(s for s in code_cells(read(notebook_path("08"))) if "class Checkpointed" in s)
+    assert "checkpoint(self.block, x, use_reentrant=False)" in source
+
+
 @pytest.mark.parametrize("measured, holds", [(17.0, True), (17.001, False), (15.0, True), (14.999, False)])
 def test_bytes_per_weight_verdict_at_its_tolerance(measured, holds):
     text = nb.bytes_per_weight_verdict(measured, 16, tolerance=1 / 16)
