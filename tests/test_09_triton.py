@@ -11,6 +11,7 @@ functions (tl.max, tl.sum) would not run in the interpreter.
 """
 import ast
 import builtins
+import importlib.metadata
 import importlib.util
 import json
 import math
@@ -423,3 +424,22 @@ def test_the_notebook_imports_triton_only_after_setting_the_variable():
     before_plan = "\n".join(code[:code.index(source)])
     assert "import triton" not in before_plan and "torch.compile" not in before_plan
     assert "torch._dynamo" not in before_plan and "torch._inductor" not in before_plan
+
+
+@pytest.mark.parametrize("version, problem", [(None, "not installed"), ("3.1.9", "3.2 or newer is needed"),
+                                              ("3.2.0", None), ("3.8.0+git", None)])
+def test_install_cell_treats_triton_as_optional_from_3_2(nb, version, problem):
+    versions = {"torch": "2.14.1", "numpy": "2.4.6", "pandas": "3.1.1", "matplotlib": "3.11.2",
+                "triton": version}
+
+    def installed(name):
+        if versions.get(name) is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return versions[name]
+
+    problems = nb.package_problems(nb.PACKAGES, installed)
+    assert (problems.get("triton") is None) == (problem is None)
+    if problem:
+        assert problem in problems["triton"]
+        report = " ".join(nb.setup_report(problems, nb.PACKAGES, hosted=True).split())
+        assert "Everything else still works: without triton, the kernels are shown, not run" in report
