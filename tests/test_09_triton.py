@@ -437,7 +437,8 @@ def test_install_cell_treats_triton_as_optional_from_3_2(nb, version, problem):
             raise importlib.metadata.PackageNotFoundError(name)
         return versions[name]
 
-    problems = nb.package_problems(nb.PACKAGES, installed)
+    problems, limits = nb.package_problems(nb.PACKAGES, installed)
+    assert limits == {}
     assert (problems.get("triton") is None) == (problem is None)
     if problem:
         assert problem in problems["triton"]
