@@ -382,10 +382,70 @@ def test_arch_supported(capability, arches, expected):
     assert nb.arch_supported(capability, arches) is expected
 
 
-def test_published_peak_matches_whole_model_names_only():
-    assert nb.published_peak("Tesla T4")[0] == 8.1
-    assert nb.published_peak("NVIDIA A100-SXM4-40GB")[0] == 19.5
-    assert nb.published_peak("NVIDIA L40S") is None
+# Going deeper A: the datasheet's peak for the model AND its form factor, read from the device name.
+# The names are torch.cuda.get_device_name()'s (the driver's) for each card, as nvidia-smi prints them.
+
+@pytest.mark.parametrize("name, peak", [
+    ("Tesla T4", 8.1),
+    ("NVIDIA L4", 30.3),
+    ("NVIDIA A100-SXM4-40GB", 19.5), ("NVIDIA A100-SXM4-80GB", 19.5),  # A100: one peak for both
+    ("NVIDIA A100-SXM-80GB", 19.5), ("NVIDIA A100-PCIE-40GB", 19.5), ("NVIDIA A100 80GB PCIe", 19.5),
+    ("Tesla V100-SXM2-16GB", 15.7), ("Tesla V100-SXM2-32GB", 15.7),  # NVLink module: higher clock
+    ("Tesla V100-PCIE-16GB", 14.0), ("Tesla V100-PCIE-32GB", 14.0),
+    ("Tesla P100-SXM2-16GB", 10.6), ("Tesla P100-PCIE-16GB", 9.3), ("Tesla P100-PCIE-12GB", 9.3),
+    ("Tesla V100-DGXS-16GB", None), ("Tesla V100-SXM3-32GB", None),  # form factors not in the table
+    ("Tesla V100S-PCIE-32GB", None),  # a different model (V100S), not a V100
+    ("NVIDIA L40S", None), ("NVIDIA T400", None), ("AMD Instinct MI250X/MI250", None),
+])
+def test_published_peak_matches_the_model_and_its_form_factor(name, peak):
+    found = nb.published_peak(name)
+    assert (found and found[0]) == peak
+    if peak is not None:
+        assert found[1].startswith("https://www.nvidia.com/")
+
+
+@pytest.mark.parametrize("name, form", [
+    ("Tesla V100-SXM2-16GB", "SXM2"), ("NVIDIA A100-SXM4-40GB", "SXM4"), ("NVIDIA A100-SXM-80GB", "SXM"),
+    ("Tesla V100-PCIE-32GB", "PCIE"), ("NVIDIA A100 80GB PCIe", "PCIE"), ("Tesla T4", None),
+])
+def test_form_factor_is_read_from_the_device_name(name, form):
+    assert nb.form_factor(name) == form
+
+
+def cell_source(prefix, cell_id):
+    """The source of the cell `cell_id` of notebook `prefix` (cell ids are kept by every edit)."""
+    [source] = [cell.source for cell in read(notebook_path(prefix)).cells if cell.get("id") == cell_id]
+    return source
+
+
+def run_cell(prefix, cell_id, namespace):
+    """Run one cell of the notebook in `namespace` (its helpers plus stand-ins); what it printed."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(cell_source(prefix, cell_id), namespace)
+    return printed.getvalue()
+
+
+def test_datasheet_cell_on_a_v100_sxm2_uses_the_sxm2_peak(monkeypatch):
+    # torch.cuda.get_device_name(device) on a V100 module; 12.56 TFLOP/s measured in Step 5.
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100-SXM2-16GB")
+    namespace = {**vars(nb), "device": torch.device("cuda"), "speed": {"cuda": 12560.0}}
+    printed = run_cell("01", "cell-19-run", namespace)
+    row = namespace["comparison"].iloc[0]
+    assert row["published_TFLOP_per_s"] == 15.7
+    assert row["share_of_peak_pct"] == 80  # against the PCIe card's 14.0 it would read 90
+    assert "nvidia.com/en-us/data-center/v100" in printed
+
+
+def test_datasheet_cell_names_a_gpu_it_does_not_know_and_says_why_without_one(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100-DGXS-16GB")
+    namespace = {**vars(nb), "device": torch.device("cuda"), "speed": {"cuda": 12560.0}}
+    printed = run_cell("01", "cell-19-run", namespace)
+    assert namespace["comparison"] is None
+    assert "Tesla V100-DGXS-16GB: not in this notebook's small datasheet table" in printed
+    namespace = {**vars(nb), "device": torch.device("cpu"), "speed": {"cpu": 80.0}}
+    printed = run_cell("01", "cell-19-run", namespace)
+    assert namespace["comparison"] is None and printed.startswith("No NVIDIA or AMD GPU")
 
 
 # Tables a learner reads are rounded to digits that mean something.
@@ -403,6 +463,8 @@ def test_datasheet_table_is_rounded():
     assert row["measured_TFLOP_per_s"] == 4.6 and row["published_TFLOP_per_s"] == 8.1
     assert row["share_of_peak_pct"] == 56
     assert nb.datasheet_table("NVIDIA L40S", 30000.0) is None
+    sxm = nb.datasheet_table("Tesla P100-SXM2-16GB", 8480.0).iloc[0]
+    assert sxm["published_TFLOP_per_s"] == 10.6 and sxm["share_of_peak_pct"] == 80
 
 
 # Step 6 without fastai: a plain message, not an ImportError.
