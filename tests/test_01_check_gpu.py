@@ -5,6 +5,7 @@ import os
 import stat
 import sys
 import textwrap
+import types
 
 import pytest
 import torch
@@ -484,3 +485,295 @@ def test_every_code_line_fits_in_100_characters():
     for source in code_cells(read(notebook_path("01"))):
         for line in source.splitlines():
             assert len(line) <= 100, line
+
+
+# --- Issue 21: every decision pinned at its edges ------------------------------------------------------
+# Each test below sits on both sides of one threshold or condition of the diagnosis, so that a
+# one-token change (< for <=, 7.0 for 7.5, "render" for "video", ...) makes one of them fail.
+
+V100 = dict(name="Tesla V100-SXM2-16GB", capability="7.0", arch="sm_70", memory=15.8)
+T4 = dict(name="Tesla T4", capability="7.5", arch="sm_75", memory=14.7)
+
+
+def gpu_problem(wheel_arches, card, cuda_build="13.0"):
+    """The finding for one NVIDIA GPU that PyTorch sees, with a wheel built for `wheel_arches`."""
+    return only(nb.diagnose(facts(cuda_build=cuda_build, arch_list=wheel_arches, cuda_available=True,
+                                  gpu_count=1, gpus=[gpu(**card)], nvidia_smi=smi())))
+
+
+def test_v100_capability_7_0_with_a_cuda13_wheel_is_sent_to_the_last_wheel_built_for_it():
+    result = gpu_problem(CUDA13_ARCHES, V100)  # CUDA 13 wheels start at sm_75
+    assert result["title"] == "Tesla V100-SXM2-16GB (sm_70) is not in this wheel"
+    assert '"torch==2.14.*"' in result["fix"] and "whl/cu126" in result["fix"]
+    assert "whl/cu130" not in result["fix"]  # the CUDA 13 wheel has no code for a V100
+
+
+def test_t4_capability_7_5_missing_from_a_wheel_is_sent_to_the_current_wheel_not_the_legacy_one():
+    result = gpu_problem(["sm_80", "sm_86", "sm_90"], T4)  # a wheel that starts at sm_80
+    assert result["title"] == "Tesla T4 (sm_75) is not in this wheel"
+    assert "whl/cu130" in result["fix"] and "torch==2.14" not in result["fix"]
+    assert "whl/cu126" not in result["fix"]
+
+
+def test_v100_with_the_legacy_cuda12_6_wheel_is_ready():
+    legacy_arches = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+    assert gpu_problem(legacy_arches, V100, cuda_build="12.6")["status"] == "ok"
+
+
+@pytest.mark.parametrize("capability, arches, expected", [
+    ("8.6", ["sm_86"], True), ("8.6", ["sm_87"], False),   # binary code: equal minor runs, newer not
+    ("9.0", ["sm_80"], False), ("7.5", ["sm_80"], False),  # binary code: never across a major
+    ("9.0", ["compute_90"], True), ("8.9", ["compute_90"], False),  # PTX: equal or newer GPU
+    ("10.3", ["sm_100f"], True), ("10.0", ["sm_103f"], False),  # 'f': its family, minor up
+    ("12.0", ["sm_100f"], False),
+    ("10.0", ["sm_90a"], False), ("9.0", ["sm_90"], True),
+    ("7.5", [], False),
+])
+def test_arch_supported_at_each_edge(capability, arches, expected):
+    assert nb.arch_supported(capability, arches) is expected
+
+
+@pytest.mark.parametrize("arch, parsed", [
+    ("sm_75", ("sm", 7, 5, "")), ("sm_100", ("sm", 10, 0, "")), ("sm_120a", ("sm", 12, 0, "a")),
+    ("compute_90", ("compute", 9, 0, "")), ("sm_100f", ("sm", 10, 0, "f")), ("gfx90a", None),
+    ("sm_90x", None),
+])
+def test_parse_arch(arch, parsed):
+    assert nb.parse_arch(arch) == parsed
+
+
+@pytest.mark.parametrize("cuda_build, driver, expected", [
+    ("13.0", "580.65.06", None), ("13.0", "580.00", None), ("13.0", "575.57.08", (575, 580)),
+    ("12.6", "525.60.13", None), ("12.6", "520.61.05", (520, 525)),
+    ("11.8", "450.80.02", None), ("11.8", "440.33.01", (440, 450)),
+    ("14.0", "470.82.01", None),  # a CUDA major this table does not know: no claim
+])
+def test_driver_exactly_at_the_required_series_is_new_enough(cuda_build, driver, expected):
+    assert nb.driver_too_old(facts(cuda_build=cuda_build, nvidia_smi=smi(driver=driver))) == expected
+
+
+def test_driver_too_old_needs_a_cuda_wheel_and_a_driver_version():
+    assert nb.driver_too_old(facts(cuda_build=None, nvidia_smi=smi(driver="470.82.01"))) is None
+    assert nb.driver_too_old(facts(nvidia_smi=smi(driver=None))) is None
+    assert nb.driver_too_old(facts(nvidia_smi=None)) is None
+
+
+@pytest.mark.parametrize("driver, offered, not_offered", [
+    ("575.57.08", "whl/cu126", "whl/cu118"),  # R525 and newer run the CUDA 12.6 wheels
+    ("525.60.13", "whl/cu126", "whl/cu118"),
+    ("520.61.05", "whl/cu118", "whl/cu126"),  # R450 to R520 run CUDA 11.8 only
+    ("450.80.02", "whl/cu118", "whl/cu126"),
+    ("440.33.01", "no PyTorch 2.6 or newer runs", "--index-url"),  # nothing left to install
+])
+def test_old_driver_offers_the_newest_wheel_that_driver_runs(driver, offered, not_offered):
+    result = only(nb.diagnose(facts(nvidia_smi=smi(driver=driver, cuda="11.0"))))
+    assert result["title"].startswith(f"The NVIDIA driver (R{driver.split('.')[0]}) is too old")
+    assert result["fix"].startswith("Update the NVIDIA driver to R580 or newer")
+    assert offered in result["fix"] and not_offered not in result["fix"]
+
+
+def test_needed_branch_for_each_cuda_major_and_a_default():
+    assert [nb.needed_branch(facts(cuda_build=build)) for build in ("11.8", "12.6", "13.0", "14.0")] == [
+        450, 525, 580, 580]
+
+
+@pytest.mark.parametrize("cuda_build, newest, verdict", [
+    ("13.0", "13.0", "the driver is new enough."),   # the same major: fits
+    ("13.0", "13.1", "the driver is new enough."),
+    ("12.6", "13.0", "the driver is new enough."),
+    ("13.0", "12.9", "the driver is too old for it"),
+])
+def test_smi_summary_compares_the_majors(cuda_build, newest, verdict):
+    text = nb.smi_summary({**smi(cuda=newest), "report": NEW_HEADER}, cuda_build)
+    assert verdict in text and NEW_HEADER.strip().splitlines()[0] in text
+
+
+def test_smi_summary_without_a_cuda_wheel_without_a_cuda_field_and_with_a_rejected_query():
+    assert "has no CUDA" in nb.smi_summary({**smi(), "report": NEW_HEADER}, None)
+    no_field = nb.smi_summary({**smi(cuda=None), "report": R384_HEADER}, "13.0")
+    assert "new enough" not in no_field and "too old" not in no_field
+    rejected = nb.smi_summary({**smi(), "report": OLD_HEADER, "query_error": OLD_QUERY_ERROR}, "13.0")
+    assert "rejected a GPU query" in rejected and "old driver" in rejected
+    assert "not installed" in nb.smi_summary(None, "13.0")
+    assert "installed but failed" in nb.smi_summary({"error": "NVIDIA-SMI has failed"}, "13.0")
+
+
+# Older nvidia-smi layouts: R418 (CUDA Version field, older ruling) and R384 (before R410 the header
+# had no "CUDA Version" at all).
+R418_HEADER = """\
+Thu Jun 13 08:21:07 2019
++-----------------------------------------------------------------------------+
+| NVIDIA-SMI 418.67       Driver Version: 418.67       CUDA Version: 10.1     |
+|-------------------------------+----------------------+----------------------+
+| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |
+|===============================+======================+======================|
+|   0  Tesla V100-SXM2...  On   | 00000000:00:1E.0 Off |                    0 |
+| N/A   42C    P0    39W / 300W |      0MiB / 16130MiB |      0%      Default |
++-------------------------------+----------------------+----------------------+
+"""
+R384_HEADER = """\
+Wed Mar 21 14:40:12 2018
++-----------------------------------------------------------------------------+
+| NVIDIA-SMI 384.130                Driver Version: 384.130                   |
+|-------------------------------+----------------------+----------------------+
+| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |
+|===============================+======================+======================|
+|   0  Tesla K80           Off  | 00000000:00:04.0 Off |                    0 |
+| N/A   33C    P8    30W / 149W |      0MiB / 11439MiB |      0%      Default |
++-------------------------------+----------------------+----------------------+
+"""
+
+
+def test_old_headers_give_the_driver_and_what_they_know_of_cuda():
+    assert nb.parse_smi_header(R418_HEADER) == {"driver_version": "418.67", "cuda_version": "10.1"}
+    assert nb.parse_smi_header(R384_HEADER) == {"driver_version": "384.130", "cuda_version": None}
+
+
+def test_an_r384_driver_without_a_cuda_field_is_still_called_too_old_and_nothing_is_offered():
+    report = {**nb.parse_smi_header(R384_HEADER), "report": R384_HEADER, "query_error": None,
+              "gpus": nb.parse_smi_query(f"0, {T4_UUID}, Tesla K80, 11439 MiB\n")}
+    result = only(nb.diagnose(facts(nvidia_smi=report)))
+    assert result["title"] == "The NVIDIA driver (R384) is too old for this CUDA 13.0 wheel"
+    assert "newest CUDA it runs: None" in result["why"]
+    assert "no PyTorch 2.6 or newer runs" in result["fix"]
+
+
+def test_parse_smi_query_keeps_names_with_commas_and_skips_lines_that_are_not_gpus():
+    text = ("0, GPU-aaaaaaaa-0000-0000-0000-000000000000, Quadro RTX 8000, with, commas, 48601 MiB\n"
+            "No devices were found\n"
+            "x, GPU-bbbbbbbb, Tesla T4, 15360 MiB\n"
+            "1, GPU-cccccccc, 15360 MiB\n")
+    assert nb.parse_smi_query(text) == [{"index": 0, "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000000",
+                                         "name": "Quadro RTX 8000, with, commas", "memory": "48601 MiB"}]
+
+
+@pytest.mark.parametrize("error, fix_start", [
+    ("Failed to initialize NVML: Driver/library version mismatch", "Reboot: the NVIDIA driver was updated"),
+    ("No devices were found", "The driver runs but finds no GPU"),
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "Reboot (a driver"),
+])
+def test_a_driver_that_does_not_answer_gets_the_fix_for_its_message(error, fix_start):
+    result = only(nb.diagnose(facts(nvidia_smi={"error": error})))
+    assert result["title"] == "The NVIDIA driver does not answer"
+    assert result["fix"].startswith(fix_start)
+
+
+# ROCm: the device files belong to both groups, `render` and `video`; one of them is not enough.
+
+ROCM = dict(cuda_build=None, hip_build="6.3.42131-fa1d09cbd", arch_list=ROCM_ARCHES, amd_driver_loaded=True)
+
+
+@pytest.mark.parametrize("groups, blamed", [
+    (["ada", "video"], True), (["ada", "render"], True), (["ada"], True),
+    (["render", "video"], False), (["ada", "render", "video"], False),
+    (None, False),  # root, or a system without groups: the check cannot apply
+])
+def test_rocm_user_needs_both_render_and_video(groups, blamed):
+    result = only(nb.diagnose(facts(**ROCM, user_groups=groups)))
+    assert (result["title"] == "ROCm build of PyTorch, but your user may not open the GPU") is blamed
+    if not blamed:
+        assert result["title"] == "ROCm build of PyTorch, but no AMD GPU is visible"
+
+
+@pytest.mark.parametrize("name", ["hip_visible_devices", "rocr_visible_devices", "cuda_visible_devices"])
+@pytest.mark.parametrize("value, hides", [("", True), (" ", True), ("-1", True), ("0", False),
+                                          ("0,1", False)])
+def test_rocm_visible_devices_variables(name, value, hides):
+    result = only(nb.diagnose(facts(**ROCM, user_groups=["render", "video"], **{name: value})))
+    assert ("hides the GPU" in result["title"]) is hides
+    if hides:
+        assert f"unset {name.upper()}" in result["fix"]
+
+
+def test_rocm_without_its_driver_is_told_so_before_groups_are_checked():
+    result = only(nb.diagnose(facts(**{**ROCM, "amd_driver_loaded": False}, user_groups=["ada"])))
+    assert result["title"] == "ROCm build of PyTorch, but AMD's GPU driver is not loaded"
+
+
+def test_an_amd_gpu_without_an_architecture_name_is_not_blamed():
+    card = gpu("AMD Radeon", "10.3", "", 12.0)
+    result = only(nb.diagnose(facts(**ROCM, cuda_available=True, gpu_count=1, gpus=[card])))
+    assert result["status"] == "ok"
+
+
+# Macs: macOS 14 exactly is new enough for mps.
+
+MAC = dict(os="Darwin", machine="arm64", cuda_build=None, arch_list=[], mps_built=True)
+
+
+@pytest.mark.parametrize("version, too_old", [("13.7.4", True), ("13.0", True), ("14.0", False),
+                                              ("15.5", False), ("unknown", False), (None, False)])
+def test_macos_14_is_the_first_that_mps_runs_on(version, too_old):
+    result = only(nb.diagnose(facts(**MAC, macos_version=version)))
+    assert ("is too old for PyTorch's Apple GPU device" in result["title"]) is too_old
+    if not too_old:
+        assert result["title"] == "PyTorch does not find the Apple GPU"
+
+
+def test_a_mac_build_without_mps_and_a_linux_machine_are_not_mixed_up():
+    no_mps = only(nb.diagnose(facts(**{**MAC, "mps_built": False}, macos_version="15.5")))
+    assert no_mps["title"] == "This PyTorch build has no MPS support"
+    assert nb.mac_without_mps(facts(cuda_build=None, arch_list=[])) is None  # Linux: not a Mac
+
+
+# The commands quote this Jupyter kernel's Python as each shell needs.
+
+@pytest.mark.parametrize("os_name, python, command", [
+    ("Windows", r"C:\Python313\python.exe", r"C:\Python313\python.exe"),
+    ("Windows", r"C:\Program Files\Python313\python.exe", r'& "C:\Program Files\Python313\python.exe"'),
+    ("Linux", "/opt/my env/bin/python", "'/opt/my env/bin/python'"),
+    ("Linux", LINUX_PYTHON, LINUX_PYTHON),
+    ("Linux", None, "python"),
+])
+def test_python_command_quotes_only_what_needs_it(os_name, python, command):
+    assert nb.python_command(facts(os=os_name, python=python)) == command
+    note = "(in cmd, leave out the leading '&')"
+    assert (note in nb.reinstall_fix(facts(os=os_name, python=python), "URL")) is command.startswith("&")
+
+
+# Stand-ins shaped like torch.cuda on a T4 and on an AMD MI250 (what gather_facts reads).
+
+def test_gpu_details_on_an_nvidia_t4(monkeypatch):
+    properties = types.SimpleNamespace(name="Tesla T4", total_memory=15828320256, major=7, minor=5)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: properties)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "Tesla T4")
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert nb.gpu_details() == [{"index": 0, "name": "Tesla T4", "capability": "7.5", "arch": "sm_75",
+                                 "memory_GiB": 14.7}]
+
+
+def test_gpu_details_on_an_amd_gpu_reads_the_gfx_name(monkeypatch):
+    properties = types.SimpleNamespace(name="AMD Instinct MI250X/MI250", total_memory=68702699520,
+                                       gcnArchName="gfx90a:sramecc+:xnack-", major=9, minor=0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: properties)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "AMD Instinct MI250X/MI250")
+    monkeypatch.setattr(torch.version, "hip", "6.3.42131-fa1d09cbd")
+    [details] = nb.gpu_details()
+    assert details["arch"] == "gfx90a:sramecc+:xnack-" and details["memory_GiB"] == 64.0
+
+
+def test_user_groups_as_root_and_as_a_user(monkeypatch):
+    grp = pytest.importorskip("grp")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert nb.user_groups() is None
+    names = {44: "video", 109: "render", 1000: "ada"}
+
+    def getgrgid(gid):
+        if gid not in names:
+            raise KeyError(gid)  # a group id with no name
+        return types.SimpleNamespace(gr_name=names[gid])
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "getgroups", lambda: [1000, 44, 4242])
+    monkeypatch.setattr(grp, "getgrgid", getgrgid)
+    assert nb.user_groups() == ["ada", "video"]
+
+
+def test_gather_facts_has_exactly_the_keys_the_tests_make_up():
+    assert set(nb.gather_facts()) == set(facts())
