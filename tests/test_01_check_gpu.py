@@ -777,3 +777,52 @@ def test_user_groups_as_root_and_as_a_user(monkeypatch):
 
 def test_gather_facts_has_exactly_the_keys_the_tests_make_up():
     assert set(nb.gather_facts()) == set(facts())
+
+
+# --- Step 5: the measured speed as a table and a chart, on a CPU and (stand-in) on a GPU -------------
+
+def fake_matmul_gflops(measured):
+    """Stands in for matmul_gflops: {device type: GFLOP/s}; notes each (device, size) asked for."""
+    asked = []
+
+    def matmul_gflops(on_device, size):
+        asked.append((str(on_device), size))
+        return measured[torch.device(on_device).type]
+    return matmul_gflops, asked
+
+
+@pytest.mark.parametrize("device_type", ["cuda", "mps"])
+def test_step_5_on_a_gpu_measures_it_on_a_larger_matrix_and_says_how_many_times(device_type):
+    matmul_gflops, asked = fake_matmul_gflops({"cpu": 90.0, device_type: 7200.0})
+    namespace = {**vars(nb), "device": torch.device(device_type), "matmul_gflops": matmul_gflops,
+                 "MATMUL_SIZE": 512}
+    printed = run_cell("01", "cell-17-run", namespace)
+    assert asked == [("cpu", 512), (device_type, 2048)]
+    assert namespace["speed"] == {"cpu": 90.0, device_type: 7200.0}
+    assert printed.startswith(f"{device_type}: 80 times the CPU's GFLOP/s")
+
+
+def test_step_5_without_a_gpu_measures_the_cpu_only():
+    matmul_gflops, asked = fake_matmul_gflops({"cpu": 90.0})
+    namespace = {**vars(nb), "device": torch.device("cpu"), "matmul_gflops": matmul_gflops,
+                 "MATMUL_SIZE": 512}
+    printed = run_cell("01", "cell-17-run", namespace)
+    assert asked == [("cpu", 512)] and namespace["speed"] == {"cpu": 90.0}
+    assert printed.startswith("No GPU, so one row and one bar")
+
+
+@pytest.mark.parametrize("speed", [{"cpu": 87.654}, {"cpu": 87.654, "cuda": 7123.4}])
+def test_speed_chart_has_a_bar_per_device_labelled_on_a_log_scale(speed):
+    import matplotlib.pyplot as plt
+    figure = nb.speed_chart(speed)
+    try:
+        [axes] = figure.axes
+        assert len(axes.patches) == len(speed)
+        assert [label.get_text() for label in axes.get_yticklabels()] == list(speed)
+        assert [text.get_text() for text in axes.texts] == [f"{value:,.0f}" for value in speed.values()]
+        assert axes.get_xscale() == "log" and "GFLOP/s" in axes.get_xlabel()
+        assert axes.get_title() and axes.get_ylabel()
+        low, high = axes.get_xlim()
+        assert low < min(speed.values()) and high > max(speed.values())
+    finally:
+        plt.close(figure)
