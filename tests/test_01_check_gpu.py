@@ -1,7 +1,9 @@
 """Notebook 01's diagnosis helpers, called with made-up facts and made-up nvidia-smi output."""
 import contextlib
 import io
+import ast
 import os
+import re
 import stat
 import sys
 import textwrap
@@ -10,7 +12,8 @@ import types
 import pytest
 import torch
 
-from notebook_code import code_cells, load_helpers, notebook_path, read
+from notebook_code import (INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE, code_cells, core_markdown,
+                           core_words, load_helpers, notebook_path, read, workshop_minutes)
 
 nb = load_helpers("01")
 
@@ -826,3 +829,76 @@ def test_speed_chart_has_a_bar_per_device_labelled_on_a_log_scale(speed):
         assert low < min(speed.values()) and high > max(speed.values())
     finally:
         plt.close(figure)
+
+
+# --- Issue 17: a core that fits a workshop slot, its words linked to README's glossary ----------------
+
+NOTEBOOK = read(notebook_path("01"))
+GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(\.\./README\.md#glossary\)")
+
+
+def test_core_fits_a_workshop_slot_and_the_title_table_says_how_long():
+    assert core_words(NOTEBOOK) <= 2000
+    minutes = workshop_minutes(NOTEBOOK)
+    assert minutes and all(0 < estimate <= 60 for estimate in minutes)
+
+
+def going_deeper_markdown(notebook):
+    """The markdown from the "Going deeper" heading on."""
+    texts = [cell.source for cell in notebook.cells if cell.cell_type == "markdown"]
+    start = next(i for i, text in enumerate(texts) if re.search(r"^## Going deeper", text, re.M))
+    return " ".join(" ".join(texts[start:]).split())
+
+
+def test_driver_series_and_wheel_generations_are_told_in_going_deeper_not_in_the_core():
+    core, deeper = " ".join(core_markdown(NOTEBOOK).split()), going_deeper_markdown(NOTEBOOK)
+    for detail in ("R525", "R450", "CUDA 12.6", "2.14", "sm_70", "minor version compatibility"):
+        assert detail not in core and detail in deeper, detail
+    assert f"R{nb.MIN_DRIVER_BRANCH[13]} series" in core  # the one number the core keeps
+    for major, branch in nb.MIN_DRIVER_BRANCH.items():
+        assert f"CUDA {major}" in deeper and f"R{branch}" in deeper
+    assert re.search(r'torch==2\.14', nb.LEGACY_TORCH) and "cu126" in nb.LEGACY_WHEEL_INDEX
+    assert "cu118" in nb.CUDA11_WHEEL_INDEX and "PyTorch 2.7" in deeper and "2.7" in nb.CUDA11_TORCH
+
+
+def first_use_is_linked(text, term):
+    """True when the first match of `term` in `text` lies inside the text of a glossary link."""
+    first = re.search(term, text, re.IGNORECASE)
+    assert first, f"{term!r} is not used in the core"
+    return any(link.start(1) <= first.start() < link.end(1) for link in GLOSSARY_LINK.finditer(text))
+
+
+@pytest.mark.parametrize("term", [r"\bCUDA build", r"\bdevice\b", r"\bwheels?\b", r"\bdrivers?\b",
+                                  r"\bcapability\b", r"\bROCm\b", r"\bmps\b", r"\bkernels?\b",
+                                  r"\bJupyter kernel", r"\bGPU kernel", r"\blaunch", r"\bsynchroni[sz]e",
+                                  r"FLOP/s"])
+def test_first_use_of_each_glossary_word_in_the_core_links_to_the_glossary(term):
+    assert first_use_is_linked(" ".join(core_markdown(NOTEBOOK).split()), term)
+
+
+def test_the_glossary_links_point_to_words_readme_explains():
+    readme = (notebook_path("01").parents[1] / "README.md").read_text()
+    glossary = readme[readme.index("## Glossary"):]
+    glossary = glossary[:glossary.index("\n## ", 5)]
+    terms = {re.sub(r"\s*\(.*\)", "", term).lower()  # "launch (of a GPU kernel)" -> "launch"
+             for bold in re.findall(r"\*\*(.+?)\*\*", glossary) for term in bold.split(", ")}
+    assert {"wheel", "cuda build", "driver", "gpu kernel", "jupyter kernel", "synchronize"} <= terms
+    for link in GLOSSARY_LINK.finditer(" ".join(core_markdown(NOTEBOOK).split())):
+        word = link.group(1).strip("`*").lower()
+        assert any(term in word for term in terms), f"{word!r} is not a word of README's glossary"
+
+
+def test_kernel_always_says_which_kernel():
+    """In the prose and in every message the lesson prints: a Jupyter kernel or a GPU kernel."""
+    texts = [cell.source for cell in NOTEBOOK.cells if cell.cell_type == "markdown"]
+    for source in code_cells(NOTEBOOK):
+        if source.startswith((INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE)):
+            continue  # the two setup cells belong to the whole collection
+        texts += [node.value for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    for text in texts:
+        text = " ".join(text.replace("[", "").split())
+        for found in re.finditer(r"\bkernels?\b", text, re.IGNORECASE):
+            before, after = text[max(0, found.start() - 8):found.start()], text[found.end():]
+            assert before.endswith(("Jupyter ", "GPU ")) or after.startswith(" image is available"), (
+                text[max(0, found.start() - 60):found.end() + 20])
