@@ -902,3 +902,94 @@ def test_kernel_always_says_which_kernel():
             before, after = text[max(0, found.start() - 8):found.start()], text[found.end():]
             assert before.endswith(("Jupyter ", "GPU ")) or after.startswith(" image is available"), (
                 text[max(0, found.start() - 60):found.end() + 20])
+
+
+# --- Issue 21: the GPU, Mac and Intel branches of 01's cells, run with stand-ins shaped like torch's API --
+
+def stand_in_gpus(monkeypatch, names):
+    """torch.cuda as on a machine with these GPUs (NVIDIA, or AMD under ROCm: the same calls)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: bool(names))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(names))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: names[index or 0])
+
+
+@pytest.mark.parametrize("names, line", [
+    (["Tesla T4"], "PyTorch uses 1 GPU: Tesla T4"),
+    (["Tesla T4", "Tesla T4"], "PyTorch uses 2 GPUs: Tesla T4, Tesla T4"),  # Kaggle's T4 x2
+    (["AMD Instinct MI250X/MI250"], "PyTorch uses 1 GPU: AMD Instinct MI250X/MI250"),
+])
+def test_step_1_names_every_gpu(monkeypatch, names, line):
+    stand_in_gpus(monkeypatch, names)
+    printed = run_cell("01", "cell-05-device", {**vars(nb), "device": torch.device("cuda")})
+    assert printed.strip() == line
+
+
+@pytest.mark.parametrize("device_type, line", [
+    ("mps", "PyTorch uses the 'mps' accelerator, the Apple GPU"),
+    ("xpu", "PyTorch uses the 'xpu' accelerator"),
+    ("cpu", "No GPU: PyTorch runs on the CPU. Steps 2 and 3 find out why, and what would fix it."),
+])
+def test_step_1_on_a_mac_an_intel_gpu_and_a_cpu(monkeypatch, device_type, line):
+    stand_in_gpus(monkeypatch, [])
+    printed = run_cell("01", "cell-05-device", {**vars(nb), "device": torch.device(device_type)})
+    assert printed.strip() == line
+
+
+def test_step_1_table_of_gpus_on_a_t4_and_the_messages_without_one(monkeypatch):
+    shown = []
+    t4 = {"index": 0, "name": "Tesla T4", "capability": "7.5", "arch": "sm_75", "memory_GiB": 14.7}
+    monkeypatch.setitem(nb.__dict__, "gather_facts", lambda: facts(gpus=[t4]))
+    namespace = {**vars(nb), "device": torch.device("cuda"), "display": shown.append}
+    run_cell("01", "cell-07", namespace)
+    [table] = shown
+    assert table.loc[0].to_dict() == {key: value for key, value in t4.items() if key != "index"}
+    for device_type, start in (("mps", "The Apple GPU is not a CUDA device"), ("cpu", "PyTorch sees no GPU")):
+        namespace = {**vars(nb), "device": torch.device(device_type), "gather_facts": lambda: facts()}
+        assert run_cell("01", "cell-07", namespace).startswith(start)
+
+
+@pytest.mark.parametrize("accelerator, cuda, mps, verdict", [
+    ("cuda", True, False, "torch.accelerator: cuda | classic: cuda | pick_device(): cuda | they agree"),
+    ("mps", False, True, "torch.accelerator: mps | classic: mps | pick_device(): mps | they agree"),
+    ("xpu", False, False, "torch.accelerator: xpu | classic: cpu | pick_device(): xpu | they DISAGREE"),
+    (None, False, False, "torch.accelerator: cpu | classic: cpu | pick_device(): cpu | they agree"),
+])
+def test_step_4_modern_and_classic_choice_on_each_machine(monkeypatch, accelerator, cuda, mps, verdict):
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: accelerator is not None)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator",
+                        lambda *args: torch.device(accelerator) if accelerator else None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    chosen = torch.device(accelerator or "cpu")
+    printed = run_cell("01", "cell-15", {**vars(nb), "device": chosen})
+    assert printed.strip() == verdict
+
+
+def test_going_deeper_b_on_a_cuda_gpu_copies_pageable_and_pinned_memory(monkeypatch):
+    copied = []
+
+    def pin_memory(tensor):  # stands in for Tensor.pin_memory(): a page-locked copy
+        pinned = tensor.clone()
+        pinned.is_pinned = lambda: True
+        return pinned
+
+    def copy_gbps(source, target_device):  # stands in for the Timer: pinned copies twice as fast
+        copied.append((source.is_pinned(), str(target_device)))
+        return 24.0 if source.is_pinned() else 12.0
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+    namespace = {**vars(nb), "device": torch.device("cuda"), "copy_gbps": copy_gbps, "COPY_MEGABYTES": 1}
+    printed = run_cell("01", "cell-21-run", namespace)
+    assert copied == [(False, "cuda"), (True, "cuda")]
+    assert namespace["copies"] == {"pageable host -> GPU": 12.0, "pinned host -> GPU": 24.0}
+    assert printed.strip() == "Pinned memory copies 2.0 times as fast as pageable memory."
+
+
+@pytest.mark.parametrize("device_type, row", [("mps", "host -> mps"),
+                                              ("cpu", "CPU RAM -> CPU RAM (stand-in, not a GPU copy)")])
+def test_going_deeper_b_on_a_mac_and_on_a_cpu(device_type, row):
+    copied = []
+    namespace = {**vars(nb), "device": torch.device(device_type), "COPY_MEGABYTES": 1,
+                 "copy_gbps": lambda source, target: copied.append(str(target)) or 5.0}
+    run_cell("01", "cell-21-run", namespace)
+    assert list(namespace["copies"]) == [row] and copied == [device_type]
