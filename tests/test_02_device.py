@@ -7,6 +7,8 @@ steps that raise torch.OutOfMemoryError above a size, and the cross-device load 
 test_shared_setup.py.
 """
 import ast
+import contextlib
+import io
 import math
 import pickle
 import re
@@ -17,7 +19,7 @@ import pytest
 import torch
 from torch import nn
 
-from notebook_code import load_helpers, notebook_path, read
+from notebook_code import core_markdown, core_words, load_helpers, notebook_path, read, workshop_minutes
 
 
 @pytest.fixture(scope="module")
@@ -399,9 +401,60 @@ def test_search_story_labels_measured_and_simulated_results(nb, monkeypatch):
     assert simulated.startswith("SIMULATION") and "MEASURED" not in simulated
 
 
-def test_training_step_for_the_search_runs_forward_and_backward(nb):
+def step_model(step):
+    """The model inside a try_batch function made by make_training_step."""
+    return next(cell.cell_contents for cell in step.__closure__
+                if isinstance(cell.cell_contents, nn.Module))
+
+
+def test_training_step_for_the_search_runs_forward_and_backward_without_accumulating(nb, monkeypatch):
+    batches = []
+    real_randn = torch.randn
+
+    def same_batch_every_time(*shape, device=None, **kwargs):  # note what the step asks for
+        batches.append((shape, torch.device(device)))
+        return real_randn(*shape, generator=torch.Generator().manual_seed(1), **kwargs).to(device)
+
+    synchronized = []
+    monkeypatch.setitem(nb.make_training_step.__globals__, "synchronize", synchronized.append)
     step = nb.make_training_step(torch.device("cpu"), image_side=16)
-    step(2)  # must not raise: the same function runs on a CUDA GPU with 224x224 images
+    monkeypatch.setattr(torch, "randn", same_batch_every_time)
+    model = step_model(step)
+    before = [parameter.detach().clone() for parameter in model.parameters()]
+    step(3)
+    first = [parameter.grad.clone() for parameter in model.parameters()]
+    step(3)
+    second = [parameter.grad for parameter in model.parameters()]
+    assert batches == [((3, 3, 16, 16), torch.device("cpu"))] * 2  # the batch size asked for
+    assert synchronized == [torch.device("cpu")] * 2  # waits for the device: OOM surfaces in the step
+    assert all(g.abs().sum() > 0 for g in first)  # backward reached every parameter
+    assert all(torch.equal(a, b) for a, b in zip(first, second))  # zeroed, not accumulated
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # a probe: no update
+
+
+def test_training_step_for_the_search_keeps_model_and_batch_on_its_device(nb, monkeypatch):
+    # `meta` is a second device every install has: shapes and dtypes, no numbers.
+    monkeypatch.setitem(nb.make_training_step.__globals__, "synchronize", lambda device: None)
+    step = nb.make_training_step(torch.device("meta"), image_side=16)
+    step(4)
+    model = step_model(step)
+    assert {parameter.device.type for parameter in model.parameters()} == {"meta"}
+    assert {parameter.grad.device.type for parameter in model.parameters()} == {"meta"}
+
+
+def test_train_one_epoch_learns_on_its_device_and_returns_a_python_number(nb):
+    inputs, targets, _, _ = nb.make_regression_data(256, 3, torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    start = [parameter.detach().clone() for parameter in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = nb.OnDeviceBatches(inputs, targets, batch_size=32)
+    losses = [nb.train_one_epoch(model, batches, nn.MSELoss(), optimizer, torch.device("cpu"),
+                                 non_blocking=True) for _ in range(3)]
+    assert all(type(loss) is float for loss in losses)
+    assert losses[2] < losses[1] < losses[0]
+    assert all(not torch.equal(a, b) for a, b in zip(start, model.parameters()))
+    assert model.training and nb.model_device(model) == torch.device("cpu")
 
 
 def test_feeding_story_says_what_each_device_shows(nb):
