@@ -509,3 +509,135 @@ def test_core_ends_in_the_summary_and_going_deeper_holds_the_rest():
     going_deeper = " ".join(names[deeper:exercises]).lower()
     for topic in ("architectures", "largest batch", "loading across devices works", "more than one gpu"):
         assert topic in going_deeper and topic not in core, topic
+
+
+# --- Issue 16: the real device-mismatch errors on a GPU, the `meta` stand-in without one ----------------
+
+def cell_source(cell_id):
+    """The source of notebook 02's cell `cell_id` (cell ids are kept by every edit)."""
+    [source] = [cell.source for cell in read(notebook_path("02")).cells if cell.get("id") == cell_id]
+    return source
+
+
+def run_cell(cell_id, namespace):
+    """Run one cell of notebook 02 in `namespace` (its helpers plus stand-ins); what it printed."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(cell_source(cell_id), namespace)
+    return printed.getvalue()
+
+
+# PyTorch's own messages on a CUDA GPU: aten/src/ATen/native/tensor_numpy.cpp and TensorIterator.cpp
+# (TensorIterator takes the first non-CPU device as the common one, so the order of the operands
+# does not change the message).
+CUDA_NUMPY_ERROR = ("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
+                    "tensor to host memory first.")
+CUDA_MISMATCH_ERROR = ("Expected all tensors to be on the same device, but found at least two devices, "
+                       "cuda:0 and cpu!")
+
+
+class StandInCudaTensor:
+    """A tensor on cuda:0, as far as the cells of Steps 1 and 2 use one, failing as the real one does."""
+    device = torch.device("cuda", 0)
+
+    def numpy(self):
+        raise TypeError(CUDA_NUMPY_ERROR)
+
+    def __add__(self, other):
+        raise RuntimeError(CUDA_MISMATCH_ERROR)
+
+    __radd__ = __add__
+
+
+class TorchWithAStandInGpu:
+    """`torch` for a cell, except that torch.ones(..., device=<a CUDA device>) gives a stand-in."""
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def ones(self, *size, device=None, **kwargs):
+        if device is not None and torch.device(device).type == "cuda":
+            return StandInCudaTensor()
+        return torch.ones(*size, device=device, **kwargs)
+
+
+@pytest.mark.parametrize("device, other", [("cpu", "meta"), ("cuda", "cuda"), ("cuda:1", "cuda:1"),
+                                           ("mps", "mps"), ("xpu", "xpu")])
+def test_not_the_cpu_is_the_gpu_itself_and_meta_only_without_one(nb, device, other):
+    assert nb.not_the_cpu(torch.device(device)) == torch.device(other)
+
+
+def test_on_a_cuda_gpu_the_numpy_and_mismatch_cells_raise_the_real_errors(nb):
+    namespace = {**vars(nb), "device": torch.device("cuda", 0), "torch": TorchWithAStandInGpu()}
+    printed = run_cell("cell-15", namespace)
+    assert namespace["elsewhere"] == torch.device("cuda", 0)
+    assert printed.splitlines() == ["elsewhere: cuda:0 ", f"TypeError: {CUDA_NUMPY_ERROR}"]
+    printed = run_cell("cell-17", namespace)
+    assert printed.strip() == f"RuntimeError: {CUDA_MISMATCH_ERROR}"
+    assert "meta" not in printed
+
+
+def test_without_a_gpu_the_same_cells_use_the_named_meta_stand_in(nb):
+    namespace = {**vars(nb), "device": torch.device("cpu")}
+    printed = run_cell("cell-15", namespace)
+    assert printed.startswith("elsewhere: meta (the stand-in: no GPU)")
+    assert "can't convert meta device type tensor to numpy" in printed
+    printed = run_cell("cell-17", namespace)
+    assert printed.startswith("RuntimeError: ") and "meta" in printed and "cpu" in printed
+
+
+def test_the_core_mixes_devices_through_not_the_cpu_only():
+    """No cell of the core names `meta` itself: on a GPU every mismatch is the real one."""
+    notebook = read(notebook_path("02"))
+    summary = next(i for i, cell in enumerate(notebook.cells)
+                   if cell.cell_type == "markdown" and "## Summary" in cell.source)
+    for cell in notebook.cells[:summary]:
+        if cell.cell_type == "code" and not cell.source.startswith("#@title"):
+            assert not re.search(r'(device=|\.to\()\s*"meta"', cell.source), cell.source
+
+
+# --- Issue 16: Step 1 times making on the CPU, the copy, and making on the device as three rows -------
+
+def test_step_1_times_the_cpu_work_the_copy_and_the_device_separately(nb, monkeypatch):
+    # `meta` stands in for the GPU: a copy to it and creation on it are real, and need no GPU.
+    real_randn, made = torch.randn, []
+
+    def counting_randn(*shape, **kwargs):
+        made.append(torch.device(kwargs.get("device") or "cpu"))
+        return real_randn(*shape, **kwargs)
+
+    timed = []
+
+    def time_it(run, device, repeats=3, warmup=1):  # stands in for the shared cell's timer
+        made.clear()
+        result = run()
+        timed.append((list(made), result.device, repeats))
+        return 0.001 * len(timed)
+
+    monkeypatch.setattr(torch, "randn", counting_randn)
+    namespace = {**vars(nb), "device": torch.device("meta"), "FAST": True, "time_it": time_it}
+    printed = run_cell("cell-07", namespace)
+    meta, cpu = torch.device("meta"), torch.device("cpu")
+    assert timed == [([cpu], cpu, 5),  # the CPU makes the numbers
+                     ([], meta, 5),  # the copy alone: nothing is generated
+                     ([meta], meta, 5)]  # made on the device
+    assert list(namespace["creation_ms"].values()) == [1.0, 2.0, 3.0]
+    assert "1.00 ms to make 1 MiB of random numbers plus 2.00 ms to copy them to meta" in " ".join(
+        printed.split())
+
+
+@pytest.mark.parametrize("on_cpu, copy, larger", [(2.0, 1.0, "making the numbers on the CPU"),
+                                                   (1.0, 1.0, "the copy"), (1.0, 2.0, "the copy")])
+def test_creation_story_names_the_larger_part_of_the_detour(nb, on_cpu, copy, larger):
+    ms = {"make on the CPU": on_cpu, "copy": copy, "make on the device": 0.25}
+    story = " ".join(nb.creation_story(ms, 16, torch.device("cuda")).split())
+    assert f"{on_cpu:.2f} ms to make 16 MiB of random numbers plus {copy:.2f} ms to copy them" in story
+    assert f"{on_cpu + copy:.2f} ms in all" in story and "directly: 0.25 ms" in story
+    assert story.endswith(f"The larger part of the detour is {larger}.")
+
+
+def test_creation_story_on_the_cpu_says_nothing_is_copied(nb):
+    story = " ".join(nb.creation_story({"a": 1.0, "b": 0.001, "c": 1.1}, 16, torch.device("cpu")).split())
+    assert story.startswith("device is the CPU: .to(device) copies nothing")
+    assert "detour" not in story
+
