@@ -641,3 +641,27 @@ def test_creation_story_on_the_cpu_says_nothing_is_copied(nb):
     assert story.startswith("device is the CPU: .to(device) copies nothing")
     assert "detour" not in story
 
+
+# --- Issue 17: the figure of where a tensor lives -------------------------------------------------------
+
+@pytest.mark.parametrize("device, says", [("cpu", "device is cpu: no separate GPU memory"),
+                                          ("cuda", "device is cuda: the right box is its memory"),
+                                          ("mps", "device is mps: its copies work differently")])
+def test_the_figure_draws_pageable_pinned_and_gpu_memory_and_the_copies(nb, device, says):
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+    figure = nb.draw_where_tensors_live(torch.device(device))
+    try:
+        [axes] = figure.axes
+        words = " ".join(" ".join(text.get_text() for text in axes.texts).split())
+        for shown in ("CPU memory (RAM): the host", "GPU memory: the device", "pageable memory",
+                      "pinned (page-locked) memory", "DataLoader(pin_memory=True)", "PCIe bus",
+                      ".to(device, non_blocking=True)", "the CPU waits", "the CPU goes on", ".cpu()",
+                      "torch.randn(..., device=device)"):
+            assert shown in words, shown
+        assert says in axes.get_title() and axes.get_title().startswith("Where a tensor lives")
+        assert sum(isinstance(patch, FancyBboxPatch) for patch in axes.patches) == 6
+        assert sum(isinstance(patch, FancyArrowPatch) for patch in axes.patches) == 3
+    finally:
+        plt.close(figure)
+
