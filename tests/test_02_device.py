@@ -665,3 +665,170 @@ def test_the_figure_draws_pageable_pinned_and_gpu_memory_and_the_copies(nb, devi
     finally:
         plt.close(figure)
 
+
+# --- Issue 21: the `device.type == "cuda"` cells, run with stand-ins shaped like torch.cuda ------------
+
+def test_step_5_memory_cell_on_a_cuda_gpu(nb, monkeypatch):
+    FakeCachingAllocator(live_mib=10, cached_mib=30).install(monkeypatch)
+    shown = []
+    printed = run_cell("cell-39c", {**vars(nb), "device": torch.device("cuda"), "display": shown.append})
+    [table] = shown
+    assert table["allocated_MiB"].tolist() == [10, 266, 10, 10]
+    assert "Allocating rose allocated_MiB by 256.0" in " ".join(printed.split())
+
+
+def test_step_5_memory_cell_without_cuda_makes_no_numbers_up(nb, monkeypatch):
+    def no_counters(*args, **kwargs):
+        raise AssertionError("a CUDA memory counter was read without CUDA")
+    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "mem_get_info"):
+        monkeypatch.setattr(torch.cuda, name, no_counters)
+    for device in ("cpu", "mps"):
+        printed = run_cell("cell-39c", {**vars(nb), "device": torch.device(device), "display": print})
+        assert printed.startswith(f"Skipped: device is {device}, not a CUDA GPU.")
+
+
+# The real message of CUDA's caching allocator (c10/cuda/CUDACachingAllocator.cpp), for a T4.
+T4_OUT_OF_MEMORY = ("CUDA out of memory. Tried to allocate 1.53 GiB. GPU 0 has a total capacity of 14.74 GiB "
+                    "of which 1.02 GiB is free. Of the allocated memory 12.10 GiB is allocated by PyTorch, "
+                    "and 1.43 GiB is reserved by PyTorch but unallocated.")
+
+
+def test_going_deeper_b_searches_for_real_on_a_cuda_gpu(nb, monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append("reset"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 14100 * 2**20)
+
+    def make_training_step(device):  # stands in for the conv net's real step on the T4
+        calls.append(("make_training_step", device))
+
+        def try_batch(batch_size):
+            calls.append(batch_size)
+            if batch_size > 700:
+                raise torch.OutOfMemoryError(T4_OUT_OF_MEMORY)
+        return try_batch
+
+    shown = []
+    namespace = {**vars(nb), "device": torch.device("cuda"), "make_training_step": make_training_step,
+                 "display": shown.append}
+    printed = " ".join(run_cell("cell-43c", namespace).split())
+    assert calls[:2] == ["reset", ("make_training_step", torch.device("cuda"))]  # peak counted afresh
+    tries = [call for call in calls if isinstance(call, int)]
+    failures = [size for size in tries if size > 700]
+    assert calls.count("empty_cache") == len(failures) > 0  # the cache is emptied after each failure
+    assert printed.startswith("MEASURED on Tesla T4: the largest batch that fits is 700 images.")
+    assert "Peak allocated: 14,100 MiB" in printed and f"It took {len(tries)} tries" in printed
+    assert namespace["largest"] == 700 and "SIMULATION" not in printed
+
+
+def test_going_deeper_b_simulates_without_cuda(nb, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: pytest.fail("no CUDA"))
+    namespace = {**vars(nb), "device": torch.device("cpu")}
+    printed = run_cell("cell-43c", namespace)
+    assert printed.startswith("SIMULATION") and namespace["largest"] == 300
+
+
+@pytest.mark.parametrize("cuda_available, start", [
+    (True, "CUDA is available, so a checkpoint saved on cuda:0 loads"),
+    (False, "RuntimeError: Attempting to deserialize object on a CUDA device")])
+def test_going_deeper_c_loading_a_gpu_checkpoint_with_and_without_cuda(nb, monkeypatch, cuda_available,
+                                                                       start):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda_available)
+    assert run_cell("cell-48f", dict(vars(nb))).startswith(start)
+
+
+def test_going_deeper_d_lists_each_gpu_this_process_can_use(nb, monkeypatch):
+    monkeypatch.setattr(torch.accelerator, "device_count", lambda: 2)  # Kaggle's T4 x2
+    printed = run_cell("cell-49", {**vars(nb), "device": torch.device("cuda")})
+    assert ("2 accelerator(s) this process can use: [device(type='cuda', index=0), "
+            "device(type='cuda', index=1)]") in printed
+    printed = run_cell("cell-49", {**vars(nb), "device": torch.device("cpu")})
+    assert "0 accelerator(s) this process can use: CPU only" in printed
+
+
+def test_going_deeper_a_times_a_cpu_copy_of_each_model_off_the_cpu(nb, monkeypatch):
+    timed = []
+
+    def forward_seconds(model, inputs, device):  # stands in for the timed forward pass
+        timed.append((next(model.parameters()).device.type, inputs.device.type, device.type))
+        return 0.002 if device.type == "cuda" else 0.010
+
+    monkeypatch.setitem(nb.tour_row.__globals__, "forward_seconds", forward_seconds)
+    model, inputs = nn.Linear(4, 2), torch.randn(3, 4)
+    row = nb.tour_row("linear", model, inputs, model(inputs), torch.device("cuda"))
+    assert row["cuda_forward_ms"] == 2.0 and row["cpu_forward_ms"] == 10.0
+    assert timed == [("cpu", "cpu", "cuda"), ("cpu", "cpu", "cpu")]
+    assert row["params"] == 10 and row["output_shape"] == (3, 2)
+    timed.clear()
+    on_cpu = nb.tour_row("linear", model, inputs, model(inputs), torch.device("cpu"))
+    assert [key for key in on_cpu if key.endswith("_forward_ms")] == ["cpu_forward_ms"]
+    assert timed == [("cpu", "cpu", "cpu")]  # timed once: no second copy on the CPU
+
+
+# --- Issue 21: every condition of the helpers on both sides ----------------------------------------------
+
+def test_readable_keeps_at_most_four_decimals_and_no_fewer_than_zero(nb):
+    shown = nb.readable(pd.DataFrame({"tiny": [0.0000123, 1.0], "big": [123456.7, 7.5]}))
+    assert shown["tiny"].tolist() == [0.0, 1.0]  # 4 decimals at most
+    assert shown["big"].tolist() == [123456.7, 7.5]  # the smallest, 7.5, asks for 2 decimals
+
+
+def test_feeding_story_without_a_moved_run_or_cnn_rows(nb):
+    runs = pd.DataFrame({"run": ["regression, data on device, DataLoader",
+                                 "regression, data on device, sliced batches"],
+                         "first_loss": [8.0, 8.0], "last_loss": [0.5, 0.5], "ms_per_epoch": [40.0, 10.0]})
+    story = " ".join(nb.feeding_story(runs, torch.device("cuda")).split())
+    assert "DataLoader took 4.0x" in story
+    assert "Moving each batch" not in story and "nothing is copied" not in story and "CNN" not in story
+
+
+def test_on_device_batches_keep_the_order_without_shuffle(nb):
+    batches = nb.OnDeviceBatches(torch.arange(5.0), torch.arange(5), batch_size=2, shuffle=False)
+    assert [targets.tolist() for _, targets in batches] == [[0, 1], [2, 3], [4]]
+
+
+def test_largest_batch_when_the_first_size_is_the_cap(nb):
+    largest, attempts = nb.largest_batch_that_fits(step_that_fits_up_to(10), torch.device("cpu"),
+                                                   start=8, max_batch=8)
+    assert largest == 8 and attempts == [(8, True)]
+
+
+@pytest.mark.parametrize("device_type, words", [("cuda", "an NVIDIA GPU"), ("mps", "Apple Silicon"),
+                                                ("cpu", "the CPU: PyTorch found no GPU")])
+def test_device_kinds_in_plain_words(nb, device_type, words):
+    assert words in nb.DEVICE_KINDS[device_type] and "xpu" not in nb.DEVICE_KINDS
+
+
+# --- Issue 17: a core that fits a workshop slot, its words linked to README's glossary ----------------
+
+GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(\.\./README\.md#glossary\)")
+
+
+def core_prose():
+    """The core's markdown without its headings, on one line."""
+    core = core_markdown(read(notebook_path("02")))
+    return " ".join(" ".join(line for line in core.splitlines() if not line.startswith("#")).split())
+
+
+def test_core_fits_a_workshop_slot_and_the_title_table_says_how_long():
+    notebook = read(notebook_path("02"))
+    assert core_words(notebook) <= 2000
+    minutes = workshop_minutes(notebook)
+    assert minutes and all(0 < estimate <= 60 for estimate in minutes)
+
+
+@pytest.mark.parametrize("term", [r"\btensors?\b", r"\bdevices?\b", r"\bbatch(es)?\b", r"\bepochs?\b",
+                                  r"\bpinned\b", r"\bmps\b", r"\bROCm\b", r"\bdrivers?\b"])
+def test_first_use_of_each_glossary_word_in_the_core_links_to_the_glossary(term):
+    text = core_prose()
+    first = re.search(term, text, re.IGNORECASE)
+    assert first and any(link.start(1) <= first.start() < link.end(1)
+                         for link in GLOSSARY_LINK.finditer(text)), text[first.start() - 80:first.end()]
+
+
+def test_kernel_always_says_which_kernel():
+    for text in notebook_text("markdown"):
+        text = " ".join(text.replace("[", "").split())
+        for found in re.finditer(r"\bkernels?\b", text, re.IGNORECASE):
+            assert text[:found.start()].endswith(("Jupyter ", "GPU ")), text[found.start() - 60:found.end()]
