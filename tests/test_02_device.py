@@ -743,6 +743,9 @@ def test_going_deeper_d_lists_each_gpu_this_process_can_use(nb, monkeypatch):
     printed = run_cell("cell-49", {**vars(nb), "device": torch.device("cuda")})
     assert ("2 accelerator(s) this process can use: [device(type='cuda', index=0), "
             "device(type='cuda', index=1)]") in printed
+    monkeypatch.setattr(torch.accelerator, "device_count", lambda: 1)  # a Mac: one mps device
+    printed = run_cell("cell-49", {**vars(nb), "device": torch.device("mps")})
+    assert "1 accelerator(s) this process can use: [device(type='mps', index=0)]" in printed
     printed = run_cell("cell-49", {**vars(nb), "device": torch.device("cpu")})
     assert "0 accelerator(s) this process can use: CPU only" in printed
 
