@@ -993,3 +993,41 @@ def test_going_deeper_b_on_a_mac_and_on_a_cpu(device_type, row):
                  "copy_gbps": lambda source, target: copied.append(str(target)) or 5.0}
     run_cell("01", "cell-21-run", namespace)
     assert list(namespace["copies"]) == [row] and copied == [device_type]
+
+
+def test_show_findings_prints_commands_whole_and_wraps_the_rest(capsys):
+    command = "    /home/ada/a/very/long/path/" + "x" * 90 + "/python -m pip install torch"
+    nb.show_findings([{"status": "problem", "title": "T", "why": "w " * 60,
+                       "fix": "run these two lines:\n" + command}])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[PROBLEM] T"
+    assert lines[1].startswith("  Why: w w") and all(len(line) <= 100 for line in lines if line != command)
+    assert lines[-2] == "  Fix: run these two lines:" and lines[-1] == command  # never wrapped
+
+
+def test_run_tool_reports_what_a_failing_or_missing_tool_said(tmp_path):
+    assert nb.run_tool([sys.executable, "-c", "print('fine')"]) == ("fine\n", None)
+    assert nb.run_tool([sys.executable, "-c", "import sys; print('no GPU'); sys.exit(9)"]) == (None, "no GPU")
+    quiet, said = nb.run_tool([sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert quiet is None and "exit status 3" in said  # no output: the exit status
+    missing, said = nb.run_tool([str(tmp_path / "no-such-tool")])
+    assert missing is None and "no-such-tool" in said
+
+
+def test_user_groups_is_none_where_there_is_no_grp_module(monkeypatch):
+    monkeypatch.setitem(sys.modules, "grp", None)  # Windows: `import grp` raises ImportError
+    assert nb.user_groups() is None
+
+
+def test_read_nvidia_smi_without_nvidia_smi_is_none_and_says_so(monkeypatch):
+    monkeypatch.setattr(nb.shutil, "which", lambda name: None)
+    assert nb.read_nvidia_smi() is None
+    assert nb.smi_summary(None, "13.0").startswith("nvidia-smi is not installed")
+
+
+def test_synchronized_clock_waits_for_the_device_before_each_reading(monkeypatch):
+    waited = []
+    monkeypatch.setitem(nb.synchronized_clock.__globals__, "synchronize", waited.append)
+    clock = nb.synchronized_clock("cuda")
+    first, second = clock(), clock()
+    assert waited == ["cuda", "cuda"] and second >= first

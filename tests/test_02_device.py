@@ -835,3 +835,31 @@ def test_kernel_always_says_which_kernel():
         text = " ".join(text.replace("[", "").split())
         for found in re.finditer(r"\bkernels?\b", text, re.IGNORECASE):
             assert text[:found.start()].endswith(("Jupyter ", "GPU ")), text[found.start() - 60:found.end()]
+
+
+def test_forward_seconds_times_an_eval_forward_pass_without_gradients(nb, monkeypatch):
+    seen = []
+
+    def time_it(run, device, repeats=3, warmup=1):
+        output = run()
+        seen.append((output.requires_grad, device, repeats))
+        return 0.004
+
+    monkeypatch.setitem(nb.forward_seconds.__globals__, "time_it", time_it)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    assert nb.forward_seconds(model, torch.randn(2, 4), torch.device("cpu")) == 0.004
+    assert not model.training and seen == [(False, torch.device("cpu"), 5)]
+
+
+def test_new_regression_model_starts_from_the_same_weights_on_its_device(nb):
+    first, second = nb.new_regression_model(torch.device("cpu")), nb.new_regression_model("meta")
+    assert torch.equal(first.weight, nb.new_regression_model(torch.device("cpu")).weight)
+    assert (first.in_features, first.out_features) == (10, 1) and second.weight.device.type == "meta"
+
+
+@pytest.mark.parametrize("size", [32, 64])
+def test_small_cnn_classifies_images_of_its_size_into_four_classes(nb, size):
+    model = nb.SmallCNN(size=size)
+    assert model(torch.randn(5, 3, size, size)).shape == (5, 4)
+    assert torch.equal(nb.new_cnn(torch.device("cpu")).classifier[1].weight,
+                       nb.new_cnn(torch.device("cpu")).classifier[1].weight)  # the same start
