@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from notebook_code import load_helpers
-from shared_checks import code_lines_too_long
 
 nb = load_helpers("01")
 
@@ -87,121 +86,6 @@ def test_time_it_returns_the_median_of_the_timed_runs(monkeypatch, warmup, durat
     result = nb.time_it(clock.fn, torch.device("cpu"), repeats=len(durations) - warmup, warmup=warmup)
     assert result == pytest.approx(median)
     assert clock.durations == []  # fn ran exactly warmup + repeats times
-
-
-# The install cell ("Setup, part 1"): the same body in every notebook, only its PACKAGES differ.
-
-def test_version_tuple_reads_release_local_and_pre_release_versions():
-    assert nb.version_tuple("2.14.1+cu130") == (2, 14, 1, 0)
-    assert nb.version_tuple("2.8.8") < nb.version_tuple("2.8.9")
-    assert nb.version_tuple("2.6") == nb.version_tuple("2.6.0")  # padded, so equal releases compare equal
-    assert nb.version_tuple("9.0.0rc1") == (9, 0, 0, 0)
-    assert nb.version_tuple("2.10.0") > nb.version_tuple("2.9.1")  # numbers, not strings
-    assert nb.version_tuple("2.6.dev20250101") == (2, 6, 0, 0)  # a part without a number ends it
-
-
-def helpers(fastai, fastcore="2.2.39", fasttransform="0.0.5", plum="2.9.0"):
-    """A version_of stand-in for fastai_breakage: one fastai and its three helper packages."""
-    versions = {"fastai": fastai, "fastcore": fastcore, "fasttransform": fasttransform,
-                "plum-dispatch": plum}
-    return versions.get
-
-
-@pytest.mark.parametrize("version_of, broken", [
-    (helpers(None), None),  # no fastai: nothing to say here (package_problems reports it missing)
-    (helpers("2.8.12"), None),  # exactly FASTAI_FIX: works with today's helpers
-    (helpers("2.8.11"), "lacks an import"),  # the first release below the fix
-    (helpers("2.8.10", fasttransform="0.0.3"), "fasttransform 0.0.3"),  # exactly the breaking helper
-    (helpers("2.8.10", fasttransform="0.0.2", plum="2.9.9"), None),  # just below both
-    (helpers("2.8.8", fasttransform="0.0.3"), "fasttransform 0.0.3"),  # 2.8.8 is on the newer side
-    (helpers("2.8.7", fastcore="1.14.5", fasttransform="0.0.3"), None),  # below 2.8.8: not that rule
-    (helpers("2.8.7", fastcore="2"), "fastcore 2"),  # exactly fastcore 2
-    (helpers("2.8.7", fastcore="1.99.9", fasttransform="0.0.2"), None),
-    (helpers("2.8.8", fasttransform="0.0.2", plum="2.10"), "plum-dispatch 2.10"),  # exactly 2.10
-    (helpers("2.8.8", fasttransform=None, plum=None), None),  # helpers not installed: not newer
-], ids=["none", "fix", "2.8.11", "ft-0.0.3", "below-both", "2.8.8-ft", "2.8.7-ft", "fastcore-2", "fastcore-1",
-        "plum-2.10", "no-helpers"])
-def test_fastai_breakage_at_the_edge_of_every_rule(version_of, broken):
-    result = nb.fastai_breakage(version_of)
-    assert result is None if broken is None else broken in result
-
-
-def fake_versions(installed):
-    """An importlib.metadata.version stand-in that knows only the packages in `installed`."""
-    def version(name):
-        if name not in installed:
-            raise nb.importlib.metadata.PackageNotFoundError(name)
-        return installed[name]
-    return version
-
-
-PACKAGES = {"torch": ("2.6", None), "fastai": ("2.8.5", "Step 6 is skipped")}
-
-
-def test_package_problems_finds_the_missing_and_the_too_old():
-    problems = nb.package_problems(PACKAGES, fake_versions({"torch": "2.5.1+cu121"}))
-    assert set(problems) == {"torch", "fastai"}
-    assert problems["fastai"] == "not installed"
-    assert "2.5.1+cu121" in problems["torch"] and "2.6" in problems["torch"]
-    assert nb.package_problems(PACKAGES, fake_versions({"torch": "2.14.1", "fastai": "2.8.9"})) == {}
-
-
-def test_failed_install_on_kaggle_says_switch_internet_on_and_what_still_works():
-    problems = {"fastai": "not installed"}
-    report = nb.setup_report(problems, PACKAGES, hosted=True, install_error="No matching distribution")
-    flat = " ".join(report.split())
-    assert "Settings > Internet" in flat and "No matching distribution" in flat
-    assert "Step 6 is skipped" in flat and "stops" not in flat
-    assert code_lines_too_long(report) == [], "the paragraph fits the notebook's 100 characters"
-
-
-def test_a_package_the_notebook_cannot_run_without_stops_it_with_the_fix():
-    report = nb.setup_report({"torch": "not installed"}, PACKAGES, hosted=False)
-    flat = " ".join(report.split())
-    assert "cannot run without torch" in flat
-    assert f'{nb.sys.executable} -m pip install "torch>=2.6"' in flat  # the kernel's own Python, no &&
-    assert "Internet" not in flat
-
-
-def test_pytorch_is_never_installed_on_a_hosted_service():
-    report = nb.setup_report({"torch": "version 2.4.0 is installed"}, PACKAGES, hosted=True)
-    assert "newer runtime" in report and "Internet" not in report
-    assert {"torch", "torchvision"} <= nb.NEVER_INSTALL
-
-
-def test_setup_stopped_renders_as_its_message_alone():
-    assert nb.SetupStopped("plain words")._render_traceback_() == ["plain words"]
-
-
-def test_all_ready_is_one_line():
-    assert nb.setup_report({}, PACKAGES, hosted=True) == "Packages ready: torch, fastai"
-
-
-# fastai and its helper packages: the version sets below were each run through notebook 03 (fast mode).
-COLAB = {"fastai": "2.8.8", "fastcore": "2.2.12", "fasttransform": "0.0.2", "plum-dispatch": "2.9.0"}
-KAGGLE = {"fastai": "2.8.7", "fastcore": "1.14.5", "fasttransform": "0.0.2", "plum-dispatch": "2.9.0"}
-TODAY = {"fastai": "2.8.12", "fastcore": "2.2.39", "fasttransform": "0.0.5", "plum-dispatch": "2.9.0"}
-
-
-@pytest.mark.parametrize("versions", [COLAB, KAGGLE, TODAY, {**KAGGLE, "fastai": "2.8.5"}],
-                         ids=["colab", "kaggle", "pip-today", "fastai-2.8.5-fastcore-1"])
-def test_the_fastai_sets_that_ran_notebook_03_are_accepted(versions):
-    packages = {"torch": ("2.6", None), "fastai": ("2.8.5", None)}
-    assert nb.package_problems(packages, fake_versions({"torch": "2.11.0+cu128", **versions})) == {}
-
-
-@pytest.mark.parametrize("versions, why", [
-    ({**TODAY, "fastai": "2.8.9"}, "fasttransform 0.0.5"),    # RecursionError building the DataLoaders
-    ({**TODAY, "fastai": "2.8.11"}, "lacks an import"),       # NameError: tvpad, when resizing
-    ({**KAGGLE, "fastcore": "2.2.39"}, "fastcore 2.2.39"),    # TypeError in parent_label
-    ({**COLAB, "plum-dispatch": "2.10.1"}, "plum-dispatch"),  # cannot pickle '_thread.RLock' on export
-], ids=["2.8.9-today", "2.8.11", "2.8.7-fastcore-2", "2.8.8-plum-2.10"])
-def test_the_fastai_sets_that_crashed_notebook_03_are_fixed_by_installing_a_new_fastai(versions, why):
-    packages = {"fastai": ("2.8.5", None)}
-    problems = nb.package_problems(packages, fake_versions(versions))
-    assert why in problems["fastai"]
-    assert nb.install_spec("fastai", packages) == "fastai>=2.8.12"
-    assert nb.install_spec("ddgs", {"ddgs": ("9.0", "no search")}) == "ddgs>=9.0"
 
 
 @pytest.mark.gpu_branch("shared", "synchronize: device.type == 'mps'")
