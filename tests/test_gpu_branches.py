@@ -221,6 +221,110 @@ CLAIMED_BY = {
     ("06", "launch_plan: gpu_count >= 2"): "tests/test_06_ddp.py::test_launch_plan_one_process_per_gpu_or_two_on_the_cpu",
     ("06", "SCRIPT_GROUP.leave_process_group: gloo"):
         "tests/test_06_ddp.py::test_leave_process_group_exits_at_once_on_gloo_only",
+    # Notebook 01's cells, run with stand-ins for device and torch.cuda (its run_cell helper).
+    ('01', 'gpu_details: torch.version.hip'):
+        'tests/test_01_check_gpu.py::test_gpu_details_on_an_amd_gpu_reads_the_gfx_name',
+    ('01', "mac_without_mps: not facts.get('mps_built', True)"):
+        'tests/test_01_check_gpu.py::test_a_mac_build_without_mps_and_a_linux_machine_are_not_mixed_up',
+    ('01', 'smi_summary: cuda_build is None'):
+        'tests/test_01_check_gpu.py::test_smi_summary_compares_the_majors',
+    ('01', 'cell cell-05-device: torch.cuda.is_available()'):
+        'tests/test_01_check_gpu.py::test_step_1_names_every_gpu',
+    ('01', "cell cell-05-device: device.type != 'cpu'"):
+        'tests/test_01_check_gpu.py::test_step_1_on_a_mac_an_intel_gpu_and_a_cpu',
+    ('01', "cell cell-05-device: device.type == 'mps'"):
+        'tests/test_01_check_gpu.py::test_step_1_on_a_mac_an_intel_gpu_and_a_cpu',
+    ('01', "cell cell-07: facts['gpus']"):
+        'tests/test_01_check_gpu.py::test_step_1_table_of_gpus_on_a_t4_and_the_messages_without_one',
+    ('01', "cell cell-07: device.type == 'mps'"):
+        'tests/test_01_check_gpu.py::test_step_1_table_of_gpus_on_a_t4_and_the_messages_without_one',
+    ('01', 'cell cell-15: torch.accelerator.is_available()'):
+        'tests/test_01_check_gpu.py::test_step_4_modern_and_classic_choice_on_each_machine',
+    ('01', 'cell cell-15: torch.cuda.is_available()'):
+        'tests/test_01_check_gpu.py::test_step_4_modern_and_classic_choice_on_each_machine',
+    ('01', 'cell cell-15: torch.backends.mps.is_available()'):
+        'tests/test_01_check_gpu.py::test_step_4_modern_and_classic_choice_on_each_machine',
+    ('01', "cell cell-17-run: device.type == 'cpu'"):
+        'tests/test_01_check_gpu.py::test_step_5_on_a_gpu_measures_it_on_a_larger_matrix_and_says_how_many_times',
+    ('01', "cell cell-19-run: device.type == 'cuda'"):
+        'tests/test_01_check_gpu.py::test_datasheet_cell_on_a_v100_sxm2_uses_the_sxm2_peak',
+    ('01', "cell cell-21-run: device.type == 'cuda'"):
+        'tests/test_01_check_gpu.py::test_going_deeper_b_on_a_cuda_gpu_copies_pageable_and_pinned_memory',
+    ('01', "cell cell-21-run: device.type != 'cpu'"):
+        'tests/test_01_check_gpu.py::test_going_deeper_b_on_a_mac_and_on_a_cpu',
+    # Notebook 02: helpers and cells run with device('cuda') / ('mps') and stand-ins.
+    ('02', "creation_story: device.type == 'cpu'"):
+        'tests/test_02_device.py::test_creation_story_names_the_larger_part_of_the_detour',
+    ('02', "draw_where_tensors_live: device.type == 'cuda'"):
+        'tests/test_02_device.py::test_the_figure_draws_pageable_pinned_and_gpu_memory_and_the_copies',
+    ('02', "draw_where_tensors_live: device.type == 'cpu'"):
+        'tests/test_02_device.py::test_the_figure_draws_pageable_pinned_and_gpu_memory_and_the_copies',
+    ('02', "not_the_cpu: device.type == 'cpu'"):
+        'tests/test_02_device.py::test_not_the_cpu_is_the_gpu_itself_and_meta_only_without_one',
+    ('02', "tour_row: device.type != 'cpu'"):
+        'tests/test_02_device.py::test_going_deeper_a_times_a_cpu_copy_of_each_model_off_the_cpu',
+    ('02', "cell cell-39c: device.type == 'cuda'"):
+        'tests/test_02_device.py::test_step_5_memory_cell_on_a_cuda_gpu',
+    ('02', "cell cell-43c: device.type == 'cuda'"):
+        'tests/test_02_device.py::test_going_deeper_b_searches_for_real_on_a_cuda_gpu',
+    ('02', "cell cell-49: device.type != 'cpu'"):
+        'tests/test_02_device.py::test_going_deeper_d_lists_each_gpu_this_process_can_use',
+    # Notebook 06's script: choose_device, start_process_group and wrap_in_ddp with stand-ins.
+    ('06', 'SCRIPT_GROUP.choose_device: cpu_only or gpu_count == 0'):
+        'tests/test_06_ddp.py::test_choose_device_at_its_edges',
+    ('06', 'SCRIPT_GROUP.choose_device: local_rank >= gpu_count'):
+        'tests/test_06_ddp.py::test_choose_device_at_its_edges',
+    ('06', "SCRIPT_GROUP.start_process_group: device.type == 'cuda'"):
+        'tests/test_06_ddp.py::test_on_two_gpus_each_process_takes_the_gpu_of_its_local_rank_over_nccl',
+    ('06', "SCRIPT_GROUP.start_process_group: device.type == 'cuda' (2)"):
+        'tests/test_06_ddp.py::test_on_two_gpus_each_process_takes_the_gpu_of_its_local_rank_over_nccl',
+    ('06', "SCRIPT_GROUP.wrap_in_ddp: device.type == 'cuda'"):
+        'tests/test_06_ddp.py::test_wrap_in_ddp_names_the_process_gpu_and_none_on_the_cpu',
+    # Notebook 07: the demo's runs per device, Windows' process groups, the CUDA verdict.
+    ('07', "label_demo_runs: device_type == 'cuda'"):
+        'tests/test_07_breaks.py::test_label_demo_runs_per_kind_of_device',
+    ('07', "label_demo_runs: device_type == 'mps'"):
+        'tests/test_07_breaks.py::test_label_demo_runs_per_kind_of_device',
+    ('07', "new_session_options: os_name == 'nt'"):
+        'tests/test_07_breaks.py::test_each_system_gets_its_own_way_to_group_and_stop_processes',
+    ('07', "stop_command: os_name == 'nt'"):
+        'tests/test_07_breaks.py::test_each_system_gets_its_own_way_to_group_and_stop_processes',
+    ('07', "nondeterminism_verdict: device_type == 'cuda'"):
+        'tests/test_07_breaks.py::test_nondeterminism_verdict_for_each_case',
+    # Notebook 08: the CUDA allocator with a stand-in torch.cuda, the FSDP gate and plan, its script.
+    ('08', "allocator_peak_bytes: device.type != 'cuda'"):
+        'tests/test_08_memory.py::test_allocator_peak_resets_runs_and_reads_the_peak_on_cuda_only',
+    ('08', "fsdp_gate: backend == 'gloo' and version_tuple(version) < version_tuple(FSDP2_GLOO_FIRST)"):
+        'tests/test_08_memory.py::test_fsdp_gate_at_the_first_release_that_runs_fsdp2_over_gloo',
+    ('08', "launch_plan: accelerator == 'mps'"):
+        'tests/test_08_memory.py::test_launch_plan_shards_over_gpus_only_when_there_are_two',
+    ('08', 'launch_plan: gpu_count == 1'):
+        'tests/test_08_memory.py::test_launch_plan_shards_over_gpus_only_when_there_are_two',
+    ('08', 'launch_plan: gpu_count >= 2'):
+        'tests/test_08_memory.py::test_launch_plan_shards_over_gpus_only_when_there_are_two',
+    ('08', "low_precision_dtype: device_type == 'cuda' and capability is not None and (tuple(capability) < (8, 0))"):
+        'tests/test_08_memory.py::test_low_precision_dtype_is_float16_only_before_capability_8',
+    ('08', "record_snapshot: device.type != 'cuda'"):
+        'tests/test_08_memory.py::test_record_snapshot_records_dumps_and_stops_recording',
+    ('08', 'SCRIPT_MAIN.start_process_group: use_gpu'):
+        'tests/test_08_memory.py::test_start_process_group_picks_nccl_and_the_local_gpu_only_with_cuda',
+    ('08', 'SCRIPT_MAIN.start_process_group: use_gpu (2)'):
+        'tests/test_08_memory.py::test_start_process_group_picks_nccl_and_the_local_gpu_only_with_cuda',
+    ('08', 'SCRIPT_MAIN.start_process_group: use_gpu (3)'):
+        'tests/test_08_memory.py::test_start_process_group_picks_nccl_and_the_local_gpu_only_with_cuda',
+    ('08', 'SCRIPT_MAIN.leave_process_group: gloo'):
+        'tests/test_08_memory.py::test_leave_process_group_exits_at_once_on_gloo_only',
+    # Notebook 09: the plans for Triton and Inductor on each kind of machine.
+    ('09', "inductor_plan: device_type == 'cuda' and has_triton"):
+        'tests/test_09_triton.py::test_inductor_plan_for_each_device',
+    ('09', "inductor_plan: device_type == 'cuda'"):
+        'tests/test_09_triton.py::test_inductor_plan_for_each_device',
+    ('09', "inductor_plan: device_type == 'cpu' and cpp_compiler"):
+        'tests/test_09_triton.py::test_inductor_plan_for_each_device',
+    ('09', "inductor_plan: device_type == 'cpu'"):
+        'tests/test_09_triton.py::test_inductor_plan_for_each_device',
+    ('09', "triton_plan: device_type == 'cuda'"):
+        'tests/test_09_triton.py::test_triton_plan_for_each_kind_of_machine',
 }
 
 # Branches no test executes yet, each with why (or who will add the test). The list may only shrink:
@@ -229,31 +333,9 @@ CLAIMED_BY = {
 # tests/test_01_check_gpu.py::test_step_6_is_skipped_with_a_message_without_fastai runs one), or by moving
 # its decision into a small function that a test calls.
 KNOWN_UNTESTED = {
-    # Notebook 01 (owner of test_01): gather_facts()/gpu_details() with torch.cuda and torch.version
-    # stood in for (an NVIDIA and an AMD GPU), smi_summary() of a driver's report, the PyTorch build
-    # without MPS on a Mac, and the cells that print the GPU's name, table, speed and copies.
+    # Notebook 01 (owner of test_01): gather_facts() with torch.cuda stood in for, on a GPU machine
+    # (test_gather_facts_has_exactly_the_keys_the_tests_make_up runs it on this CPU only).
     ("01", "gather_facts: cuda_available"): "no test runs gather_facts() with a GPU",
-    ("01", "gpu_details: torch.version.hip"): "no test runs gpu_details() with an AMD GPU (gcnArchName)",
-    ("01", "mac_without_mps: not facts.get('mps_built', True)"): "no test of a Mac with a build without MPS",
-    ("01", "smi_summary: cuda_build is None"): "no test of smi_summary() with nvidia-smi's report",
-    ("01", "cell cell-05-device: torch.cuda.is_available()"): "top-level cell",
-    ("01", "cell cell-05-device: device.type != 'cpu'"): "top-level cell",
-    ("01", "cell cell-05-device: device.type == 'mps'"): "top-level cell",
-    ("01", "cell cell-07: facts['gpus']"): "top-level cell",
-    ("01", "cell cell-07: device.type == 'mps'"): "top-level cell",
-    ("01", "cell cell-15: torch.accelerator.is_available()"): "top-level cell",
-    ("01", "cell cell-15: torch.cuda.is_available()"): "top-level cell",
-    ("01", "cell cell-15: torch.backends.mps.is_available()"): "top-level cell",
-    ("01", "cell cell-17: device.type == 'cpu'"): "top-level cell: the GPU's matrix product",
-    ("01", "cell cell-19-run: device.type == 'cuda'"): "top-level cell: the datasheet comparison",
-    ("01", "cell cell-21: device.type == 'cuda'"): "top-level cell: pinned against pageable copies",
-    ("01", "cell cell-21: device.type != 'cpu'"): "top-level cell: an MPS or XPU copy",
-    # Notebook 02 (owner of test_02): the tour's row on a GPU, and the cells for memory counters.
-    ("02", "tour_row: device.type != 'cpu'"): "no test runs tour_row() on a GPU device",
-    ("02", "cell cell-07: device.type == 'cpu'"): "top-level cell",
-    ("02", "cell cell-39c: device.type == 'cuda'"): "top-level cell: the memory counters",
-    ("02", "cell cell-43c: device.type == 'cuda'"): "top-level cell: the largest batch on a GPU",
-    ("02", "cell cell-49: device.type != 'cpu'"): "top-level cell",
     # Notebook 03 (owner of test_03): the CPU comparison after a GPU run.
     ("03", "cell cell-29: device.type != 'cpu' and COMPARE_WITH_CPU"): "top-level cell",
     # Notebook 04 (owner of test_04): describe_device() and the cells that add the GPU's curves.
@@ -279,15 +361,13 @@ KNOWN_UNTESTED = {
     ("05", "cell cell-60: ON_GPU"): "top-level cell: cudnn.benchmark",
     ("05", "cell cell-61: variant.startswith('autocast') and device.type == 'cpu'"): "top-level cell",
     ("05", "cell cell-80: device.type != 'cuda'"): "top-level cell: fastai's own CUDA autocast",
-    # Notebook 06 (owner of test_06): the script's start_process_group() and main() with LOCAL_RANK,
-    # torch.cuda.set_device, device_ids and an NCCL group stood in for; is_alive() on Windows.
-    ("06", "SCRIPT_GROUP.start_process_group: use_gpu"): "the script's GPU device from LOCAL_RANK",
-    ("06", "SCRIPT_GROUP.start_process_group: use_gpu (2)"): "torch.cuda.set_device",
-    ("06", "SCRIPT_GROUP.start_process_group: use_gpu (3)"): "the NCCL backend",
-    ("06", "SCRIPT_GROUP.start_process_group: use_gpu (4)"): "init_process_group's device_id",
-    ("06", "SCRIPT_MAIN.main: device.type == 'cuda'"): "DDP's device_ids on a GPU",
+    # Notebook 06 (owner of test_06): is_alive() on Windows without psutil, and the solo run's threads.
     ("06", "is_alive: os.name != 'posix'"): "Windows without psutil",
     ("06", "cell cell-33: plan['backend'] == 'gloo'"): "top-level cell: the threads of the solo run",
+    # Notebook 08 (owner of test_08): the same is_alive() as 06, and two cells run on a GPU.
+    ("08", "is_alive: os.name != 'posix'"): "Windows without psutil",
+    ("08", "cell cell-26: device.type == 'cuda'"): "top-level cell",
+    ("08", "cell cell-46: plan['backend'] == 'gloo'"): "top-level cell",
 }
 
 
@@ -333,30 +413,39 @@ def describe(branches):
                      for (notebook, key), branch in sorted(branches.items()))
 
 
+def unclaimed(branches, claims, known):
+    """The branches that no test claims and that are not known to be untested."""
+    return {name: branch for name, branch in branches.items() if name not in claims and name not in known}
+
+
+def stale(known, branches, claims):
+    """(entries of `known` that are no longer branches, entries that a test now claims)."""
+    return [name for name in known if name not in branches], [name for name in known if name in claims]
+
+
+def bad_claims(claims, branches, exists=test_exists):
+    """Claims of a key that is no branch, or by a test that does not exist: (key, test) pairs."""
+    return [(name, node_id) for name, tests in claims.items() for node_id in tests
+            if name not in branches or not exists(node_id)]
+
+
 def test_every_gpu_branch_is_executed_by_a_test():
-    branches = gpu_branches()
-    unclaimed = {name: branch for name, branch in branches.items()
-                 if name not in all_claims() and name not in KNOWN_UNTESTED}
-    assert not unclaimed, (
-        f"{len(unclaimed)} GPU, Mac, AMD or Windows branch(es) that no test executes. Add a test that runs "
+    missing = unclaimed(gpu_branches(), all_claims(), KNOWN_UNTESTED)
+    assert not missing, (
+        f"{len(missing)} GPU, Mac, AMD or Windows branch(es) that no test executes. Add a test that runs "
         "the side such a machine takes, marked @pytest.mark.gpu_branch(notebook, key) (see this file's "
-        "docstring):\n" + describe(unclaimed))
+        "docstring):\n" + describe(missing))
 
 
 def test_the_known_untested_list_is_not_stale():
-    branches, claims = gpu_branches(), all_claims()
-    gone = [name for name in KNOWN_UNTESTED if name not in branches]
-    claimed = [name for name in KNOWN_UNTESTED if name in claims]
+    gone, claimed = stale(KNOWN_UNTESTED, gpu_branches(), all_claims())
     assert not gone, f"KNOWN_UNTESTED names branches the notebooks no longer have: {gone}"
     assert not claimed, f"KNOWN_UNTESTED names branches a test now executes (take them out): {claimed}"
 
 
 def test_every_claim_names_a_branch_and_a_test_that_exist():
-    branches = gpu_branches()
-    for name, tests in all_claims().items():
-        assert name in branches, f"a claim for {name}, which is not a GPU branch of the notebooks: {tests}"
-        for node_id in tests:
-            assert test_exists(node_id), f"{name} is claimed by {node_id}, which does not exist"
+    wrong = bad_claims(all_claims(), gpu_branches())
+    assert not wrong, f"claims of a key that is not a GPU branch, or by a test that does not exist: {wrong}"
 
 
 # --- The scanner, on made-up cells ------------------------------------------------------------------------
@@ -453,16 +542,14 @@ def test_the_shared_cells_are_listed_once():
     assert not any(key.startswith("synchronize:") for notebook, key in branches if notebook != "shared")
 
 
-def test_a_stale_entry_and_an_unknown_claim_fail(monkeypatch):
-    monkeypatch.setitem(KNOWN_UNTESTED, ("05", "gone: device.type == 'cuda'"), "no longer in the notebook")
-    with pytest.raises(AssertionError, match="no longer have"):
-        test_the_known_untested_list_is_not_stale()
-    monkeypatch.delitem(KNOWN_UNTESTED, ("05", "gone: device.type == 'cuda'"))
-    claimed = next(iter(CLAIMED_BY))
-    monkeypatch.setitem(KNOWN_UNTESTED, claimed, "claimed meanwhile")
-    with pytest.raises(AssertionError, match="now executes"):
-        test_the_known_untested_list_is_not_stale()
-    monkeypatch.delitem(KNOWN_UNTESTED, claimed)
-    monkeypatch.setitem(CLAIMED_BY, ("05", "gone: x"), "tests/test_05_faster.py::test_autocast_plan_per_device")
-    with pytest.raises(AssertionError, match="not a GPU branch"):
-        test_every_claim_names_a_branch_and_a_test_that_exist()
+def test_unclaimed_stale_and_wrong_entries_are_found():
+    branch = Branch("05", "f: x", 1, "c1", 2)
+    branches = {("05", "f: x"): branch, ("05", "g: y"): branch, ("05", "h: z"): branch}
+    claims = {("05", "f: x"): ["tests/test_a.py::test_f"], ("05", "gone: w"): ["tests/test_a.py::test_w"]}
+    known = {("05", "g: y"): "waiting", ("05", "f: x"): "claimed meanwhile", ("05", "old: v"): "gone"}
+    assert list(unclaimed(branches, claims, known)) == [("05", "h: z")]
+    assert stale(known, branches, claims) == ([("05", "old: v")], [("05", "f: x")])
+    assert bad_claims(claims, branches, exists=lambda node_id: node_id.endswith("test_f")) == [
+        (("05", "gone: w"), "tests/test_a.py::test_w")]
+    assert bad_claims(claims, branches, exists=lambda node_id: False) == [
+        (("05", "f: x"), "tests/test_a.py::test_f"), (("05", "gone: w"), "tests/test_a.py::test_w")]

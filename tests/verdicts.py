@@ -51,7 +51,7 @@ VERDICTS = {
                 "always", "the made-up Kaggle P100 is told to install PyTorch 2.14, the last for its GPU"),
     ],
     ("01", "cell-15"): [
-        Verdict(r"\| they agree$", "always",
+        Verdict(r"\| they agree$", "cpu",
                 "torch.accelerator, the classic checks and pick_device() choose the same device"),
     ],
     ("01", "cell-23"): [
@@ -70,8 +70,8 @@ VERDICTS = {
                 "Module.to moves the model in place and returns it"),
     ],
     ("02", "cell-23"): [
-        Verdict(r"^optimizer updates the model's weight\? False$", "always",
-                "the pitfall shown: an optimizer made before the move holds other tensors"),
+        Verdict(r"^after \.to\('meta'\): weight on meta, the optimizer's on cpu; the same tensor: False$",
+                "always", "the pitfall shown: an optimizer made before a real move holds the old tensors"),
     ],
     ("02", "cell-43c"): [
         Verdict(r"^SIMULATION: device is cpu, not a CUDA GPU[\s\S]*the search found that limit, 300\.", "cpu",
