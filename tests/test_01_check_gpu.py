@@ -1,6 +1,4 @@
 """Notebook 01's diagnosis helpers, called with made-up facts and made-up nvidia-smi output."""
-import contextlib
-import io
 import ast
 import os
 import re
@@ -13,7 +11,7 @@ import pytest
 import torch
 
 from notebook_code import (INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE, code_cells, core_markdown,
-                           core_words, load_helpers, notebook_path, read, workshop_minutes)
+                           core_words, load_helpers, notebook_path, read, run_cell, workshop_minutes)
 
 nb = load_helpers("01")
 
@@ -416,20 +414,6 @@ def test_form_factor_is_read_from_the_device_name(name, form):
     assert nb.form_factor(name) == form
 
 
-def cell_source(prefix, cell_id):
-    """The source of the cell `cell_id` of notebook `prefix` (cell ids are kept by every edit)."""
-    [source] = [cell.source for cell in read(notebook_path(prefix)).cells if cell.get("id") == cell_id]
-    return source
-
-
-def run_cell(prefix, cell_id, namespace):
-    """Run one cell of the notebook in `namespace` (its helpers plus stand-ins); what it printed."""
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(cell_source(prefix, cell_id), namespace)
-    return printed.getvalue()
-
-
 def test_datasheet_cell_on_a_v100_sxm2_uses_the_sxm2_peak(monkeypatch):
     # torch.cuda.get_device_name(device) on a V100 module; 12.56 TFLOP/s measured in Step 5.
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100-SXM2-16GB")
@@ -474,20 +458,11 @@ def test_datasheet_table_is_rounded():
 # Step 6 without fastai: a plain message, not an ImportError.
 
 def test_step_6_is_skipped_with_a_message_without_fastai(monkeypatch):
-    [cell] = [source for source in code_cells(read(notebook_path("01")))
-              if "fastai.torch_core" in source and not source.startswith("#@title")]
     monkeypatch.setitem(sys.modules, "fastai", None)  # `import fastai...` now raises ImportError
     monkeypatch.setitem(sys.modules, "fastai.torch_core", None)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(cell, {"UNAVAILABLE": {"fastai"}, "device": torch.device("cpu"), "torch": torch})
-    assert printed.getvalue().startswith("Step 6 skipped: fastai")
-
-
-def test_every_code_line_fits_in_100_characters():
-    for source in code_cells(read(notebook_path("01"))):
-        for line in source.splitlines():
-            assert len(line) <= 100, line
+    printed = run_cell("01", "cell-23", {"UNAVAILABLE": {"fastai"}, "device": torch.device("cpu"),
+                                         "torch": torch})
+    assert printed.startswith("Step 6 skipped: fastai")
 
 
 # --- Issue 21: every decision pinned at its edges ------------------------------------------------------
