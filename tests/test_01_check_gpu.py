@@ -757,6 +757,73 @@ def test_gather_facts_has_exactly_the_keys_the_tests_make_up():
     assert set(nb.gather_facts()) == set(facts())
 
 
+# What torch answers on each machine, as torch/cuda/__init__.py, torch/backends/cudnn/__init__.py and
+# torch/csrc/cuda/shared/cudnn.cpp give it: get_device_properties() has name, major, minor, total_memory
+# and, on ROCm, gcnArchName (left out of the T4's: the notebook must not read it there);
+# current_device() is an int and raises without a GPU; cudnn.version() is cuDNN's cudnnGetVersion()
+# (9.10.2 -> 91002), or on ROCm MIOpen's MAJOR * 1000000 + MINOR * 1000 + PATCH (3.3.0 -> 3003000).
+GPU_MACHINES = {
+    "Colab T4": dict(cuda="13.0", hip=None, cudnn=91002, arches=CUDA13_ARCHES, kfd=False,
+                     properties=types.SimpleNamespace(name="Tesla T4", major=7, minor=5,
+                                                      total_memory=15828320256)),
+    "AMD MI250": dict(cuda=None, hip="6.3.42131-fa1d09cbd", cudnn=3003000, arches=ROCM_ARCHES, kfd=True,
+                      properties=types.SimpleNamespace(name="AMD Instinct MI250X/MI250", major=9, minor=0,
+                                                       total_memory=68702699520,
+                                                       gcnArchName="gfx90a:sramecc+:xnack-")),
+}
+
+
+def stand_in_torch_cuda(monkeypatch, machine):
+    """torch.cuda, torch.version and cuDNN as on `machine` (a GPU_MACHINES entry, or None: no GPU)."""
+    if machine is None:
+        def no_gpu():
+            raise RuntimeError("No CUDA GPUs are available")  # what _lazy_init raises without one
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "current_device", no_gpu)
+        return
+    properties = machine["properties"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: properties)
+    monkeypatch.setattr(torch.cuda, "get_device_capability",
+                        lambda device=None: (properties.major, properties.minor))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: properties.name)
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: list(machine["arches"]))
+    monkeypatch.setattr(torch.version, "cuda", machine["cuda"])
+    monkeypatch.setattr(torch.version, "hip", machine["hip"])
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: machine["cudnn"])
+    real_exists = os.path.exists
+    kfd = os.path.join(os.sep, "dev", "kfd")  # AMD's compute driver, loaded on the ROCm machine
+    monkeypatch.setattr(os.path, "exists", lambda path: machine["kfd"] if path == kfd else real_exists(path))
+
+
+@pytest.mark.gpu_branch("01", "gather_facts: cuda_available")
+@pytest.mark.parametrize("name", list(GPU_MACHINES))
+def test_gather_facts_on_a_gpu_machine_asks_for_the_current_gpu_and_the_diagnosis_says_ready(
+        monkeypatch, name):
+    machine = GPU_MACHINES[name]
+    stand_in_torch_cuda(monkeypatch, machine)
+    for variable in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        monkeypatch.delenv(variable, raising=False)
+    found = nb.gather_facts()
+    gpu_name = machine["properties"].name
+    assert found["cuda_available"] is True and found["gpu_count"] == 1 and found["current_gpu"] == 0
+    assert [gpu["name"] for gpu in found["gpus"]] == [gpu_name]
+    assert (found["cuda_build"], found["hip_build"]) == (machine["cuda"], machine["hip"])
+    assert found["cudnn_version"] == machine["cudnn"] and found["arch_list"] == machine["arches"]
+    assert found["amd_driver_loaded"] is machine["kfd"]
+    result = only(nb.diagnose(found))
+    assert result["status"] == "ok" and result["title"] == f"Ready: PyTorch uses 1 GPU(s): {gpu_name}"
+
+
+def test_gather_facts_without_a_gpu_never_asks_for_the_current_gpu(monkeypatch):
+    stand_in_torch_cuda(monkeypatch, None)  # current_device() raises, as torch's does without a GPU
+    found = nb.gather_facts()
+    assert found["cuda_available"] is False and found["current_gpu"] is None and found["gpus"] == []
+
+
 # --- Step 5: the measured speed as a table and a chart, on a CPU and (stand-in) on a GPU -------------
 
 def fake_matmul_gflops(measured):
