@@ -73,6 +73,7 @@ def test_largest_batch_does_not_swallow_other_errors(nb):
         nb.largest_batch_that_fits(broken_step, torch.device("cpu"))
 
 
+@pytest.mark.gpu_branch("02", "free_cached_memory: device.type == 'cuda'")
 @pytest.mark.parametrize("device_type, expect_calls", [("cuda", True), ("cpu", False), ("mps", False)])
 def test_cuda_cache_is_emptied_after_each_failure_and_only_on_cuda(nb, monkeypatch, device_type,
                                                                   expect_calls):
@@ -369,6 +370,7 @@ def test_memory_story_reads_the_numbers_of_its_table(nb, monkeypatch):
     assert "14,990.0 of 15,000.0 MiB free" in story
 
 
+@pytest.mark.gpu_branch("02", "gpu_checkpoint_error: torch.cuda.is_available()")
 @pytest.mark.parametrize("cuda_available", [False, True])
 def test_gpu_checkpoint_error_is_pytorchs_own_and_only_without_cuda(nb, monkeypatch, cuda_available):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda_available)
@@ -379,6 +381,7 @@ def test_gpu_checkpoint_error_is_pytorchs_own_and_only_without_cuda(nb, monkeypa
         assert isinstance(error, RuntimeError) and "map_location" in str(error)
 
 
+@pytest.mark.gpu_branch("02", "search_story: device.type == 'cuda'")
 def test_search_story_labels_measured_and_simulated_results(nb, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 14000 * 2**20)
@@ -448,6 +451,7 @@ def test_train_one_epoch_learns_on_its_device_and_returns_a_python_number(nb):
     assert model.training and nb.model_device(model) == torch.device("cpu")
 
 
+@pytest.mark.gpu_branch("02", "feeding_story: moved and device.type == 'cpu'")
 def test_feeding_story_says_what_each_device_shows(nb):
     runs = pd.DataFrame({
         "run": ["regression, data on device, DataLoader", "regression, data on device, sliced batches",
@@ -528,6 +532,7 @@ class TorchWithAStandInGpu:
         return torch.ones(*size, device=device, **kwargs)
 
 
+@pytest.mark.gpu_branch("02", "not_the_cpu: device.type == 'cpu'")
 @pytest.mark.parametrize("device, other", [("cpu", "meta"), ("cuda", "cuda"), ("cuda:1", "cuda:1"),
                                            ("mps", "mps"), ("xpu", "xpu")])
 def test_not_the_cpu_is_the_gpu_itself_and_meta_only_without_one(nb, device, other):
@@ -593,6 +598,7 @@ def test_step_1_times_the_cpu_work_the_copy_and_the_device_separately(nb, monkey
         printed.split())
 
 
+@pytest.mark.gpu_branch("02", "creation_story: device.type == 'cpu'")
 @pytest.mark.parametrize("on_cpu, copy, larger", [(2.0, 1.0, "making the numbers on the CPU"),
                                                    (1.0, 1.0, "the copy"), (1.0, 2.0, "the copy")])
 def test_creation_story_names_the_larger_part_of_the_detour(nb, on_cpu, copy, larger):
@@ -611,6 +617,8 @@ def test_creation_story_on_the_cpu_says_nothing_is_copied(nb):
 
 # --- Issue 17: the figure of where a tensor lives -------------------------------------------------------
 
+@pytest.mark.gpu_branch("02", "draw_where_tensors_live: device.type == 'cuda'")
+@pytest.mark.gpu_branch("02", "draw_where_tensors_live: device.type == 'cpu'")
 @pytest.mark.parametrize("device, says", [("cpu", "device is cpu: no separate GPU memory"),
                                           ("cuda", "device is cuda: the right box is its memory"),
                                           ("mps", "device is mps: its copies work differently")])
@@ -635,6 +643,7 @@ def test_the_figure_draws_pageable_pinned_and_gpu_memory_and_the_copies(nb, devi
 
 # --- Issue 21: the `device.type == "cuda"` cells, run with stand-ins shaped like torch.cuda ------------
 
+@pytest.mark.gpu_branch("02", "cell cell-39c: device.type == 'cuda'")
 def test_step_5_memory_cell_on_a_cuda_gpu(nb, monkeypatch):
     FakeCachingAllocator(live_mib=10, cached_mib=30).install(monkeypatch)
     shown = []
@@ -660,6 +669,7 @@ T4_OUT_OF_MEMORY = ("CUDA out of memory. Tried to allocate 1.53 GiB. GPU 0 has a
                     "and 1.43 GiB is reserved by PyTorch but unallocated.")
 
 
+@pytest.mark.gpu_branch("02", "cell cell-43c: device.type == 'cuda'")
 def test_going_deeper_b_searches_for_real_on_a_cuda_gpu(nb, monkeypatch):
     calls = []
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append("reset"))
@@ -705,6 +715,7 @@ def test_going_deeper_c_loading_a_gpu_checkpoint_with_and_without_cuda(nb, monke
     assert run_cell("02", "cell-48f", dict(vars(nb))).startswith(start)
 
 
+@pytest.mark.gpu_branch("02", "cell cell-49: device.type != 'cpu'")
 def test_going_deeper_d_lists_each_gpu_this_process_can_use(nb, monkeypatch):
     monkeypatch.setattr(torch.accelerator, "device_count", lambda: 2)  # Kaggle's T4 x2
     printed = run_cell("02", "cell-49", {**vars(nb), "device": torch.device("cuda")})
@@ -717,6 +728,7 @@ def test_going_deeper_d_lists_each_gpu_this_process_can_use(nb, monkeypatch):
     assert "0 accelerator(s) this process can use: CPU only" in printed
 
 
+@pytest.mark.gpu_branch("02", "tour_row: device.type != 'cpu'")
 def test_going_deeper_a_times_a_cpu_copy_of_each_model_off_the_cpu(nb, monkeypatch):
     timed = []
 

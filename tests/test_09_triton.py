@@ -39,6 +39,7 @@ def nb():
 
 # --- Which way the kernels run: compiled, interpreted or shown ------------------------------------
 
+@pytest.mark.gpu_branch("09", "triton_plan: device_type == 'cuda'")
 def test_triton_plan_for_each_kind_of_machine(nb):
     assert nb.triton_plan("cuda", None)[0] == "shown"
     assert nb.triton_plan("cpu", None)[0] == "shown"
@@ -269,6 +270,10 @@ def test_no_timing_message_says_why(nb):
 
 # --- Step 5: Inductor's plan and its generated code --------------------------------------------------
 
+@pytest.mark.gpu_branch("09", "inductor_plan: device_type == 'cuda' and has_triton")
+@pytest.mark.gpu_branch("09", "inductor_plan: device_type == 'cuda'")
+@pytest.mark.gpu_branch("09", "inductor_plan: device_type == 'cpu' and cpp_compiler")
+@pytest.mark.gpu_branch("09", "inductor_plan: device_type == 'cpu'")
 def test_inductor_plan_for_each_device(nb):
     assert nb.inductor_plan("cuda", None, True) == (True, "Inductor writes Triton kernels for your GPU")
     assert nb.inductor_plan("cuda", "/usr/bin/g++", False)[0] is False
