@@ -643,12 +643,14 @@ def test_is_alive_on_a_posix_system_without_proc_or_psutil_asks_with_signal_0(mo
 @pytest.mark.parametrize("device_type, capability, low", [
     ("cuda", (7, 5), torch.float16),  # a T4: no bfloat16 before compute capability 8.0
     ("cuda", (8, 0), torch.bfloat16),  # an A100
+    ("mps", None, torch.bfloat16),  # a Mac: no CUDA capability to ask for
     ("cpu", None, torch.bfloat16),
 ])
 def test_step_3_tries_the_16_bit_format_of_the_gpu_and_synchronizes_it_around_each_timed_step(
         monkeypatch, device_type, capability, low):
-    # torch.cuda.get_device_capability(device) -> (major, minor); torch.cuda.synchronize(device) -> None.
-    # The steps themselves run on the CPU: the cell only decides with `device`, it moves nothing.
+    # torch.cuda.get_device_capability(device) -> (major, minor); torch.cuda.synchronize(device) and
+    # torch.mps.synchronize() -> None. The steps themselves run on the CPU: the cell only decides with
+    # `device`, it moves nothing.
     asked, synchronized = [], []
 
     def get_device_capability(device=None):
@@ -657,6 +659,7 @@ def test_step_3_tries_the_16_bit_format_of_the_gpu_and_synchronizes_it_around_ea
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", get_device_capability)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synchronized.append(device))
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: synchronized.append(torch.device("mps")))
     model, (inputs, labels) = tiny_model(), tiny_batch()
     checkpointed = nn.Sequential(*[nb.Checkpointed(m) if isinstance(m, nb.Block) else m for m in model])
     device = torch.device(device_type)
@@ -671,7 +674,7 @@ def test_step_3_tries_the_16_bit_format_of_the_gpu_and_synchronizes_it_around_ea
         f"16-bit weights ({name})"]
     assert {p.dtype for p in namespace["low_model"].parameters()} == {low}
     assert 2 * nb.storage_bytes(namespace["low_model"].parameters()) == nb.storage_bytes(model.parameters())
-    assert synchronized == ([device] * 2 * 5 if device_type == "cuda" else [])  # before and after each
+    assert synchronized == ([device] * 2 * 5 if device_type != "cpu" else [])  # before and after each
     assert [line.split(":")[0] for line in printed.splitlines()] == list(namespace["remedy_table"].index[1:])
 
 
