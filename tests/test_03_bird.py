@@ -230,6 +230,128 @@ def test_internet_check_uses_a_short_timeout_and_never_raises(nb):
     assert nb.internet_available(connect=unreachable) is False
 
 
+# ---------------------------------------------------------------- the first look: one photo per class, as fast.ai
+
+def ddgs_result(url, title="a bird"):
+    """One result of ddgs 9's DDGS().images(): a dict with ImagesResult's fields (ddgs/results.py)."""
+    return {"title": title, "image": url, "thumbnail": "https://tse.example/th?id=1", "url": "https://a.example/page",
+            "height": 768, "width": 1024, "source": "Bing"}
+
+
+@pytest.fixture
+def first_look(nb, tmp_path, monkeypatch):
+    """Point the notebook's first look at a manifest in tmp_path and at a fake ddgs; returns the recorders."""
+    def use(ddgs):
+        space = nb.urls_from_manifest.__globals__  # the module namespace the helpers read at call time
+        pauses = []
+        monkeypatch.setitem(space, "MANIFEST", tmp_path / "bird_or_not" / "manifest.json")
+        monkeypatch.setitem(space, "IMAGES_PER_SEARCH", 100)
+        monkeypatch.setitem(space, "search_images", functools.partial(nb.search_images, ddgs_factory=ddgs,
+                                                                       sleep=pauses.append))
+        return pauses
+    return use
+
+
+def test_first_look_downloads_the_first_result_that_is_a_picture_and_keeps_the_search(nb, tmp_path, server,
+                                                                                      first_look):
+    urls = [f"{server}/missing.jpg", f"{server}/page.jpg", f"{server}/good-big.jpg", f"{server}/good.png"]
+    ddgs, calls = fake_ddgs([ddgs_result(url) for url in urls])
+    first_look(ddgs)
+    dest = tmp_path / "first_look" / "bird.jpg"
+    photo, detail = nb.search_first_photo("bird photo", dest, online=True, search_installed=True)
+    assert (photo, detail) == (dest, f"{server}/good-big.jpg")  # the 404 and the web page were skipped
+    assert nb.picture_decodes(dest) and Image.open(dest).size == (600, 450)
+    assert sorted(path.name for path in dest.parent.iterdir()) == ["bird.jpg"]  # no .part left behind
+    assert PictureServer.requests == ["/missing.jpg", "/page.jpg", "/good-big.jpg"]  # stops at the photo
+    assert calls == [{"query": "bird photo", "max_results": 100, "timeout": 10}]
+    assert nb.first_look_source(photo, None) == "search"
+
+    def no_search(query, max_images):
+        raise AssertionError("Step 2 must reuse the first look's search")
+
+    manifest = tmp_path / "bird_or_not" / "manifest.json"
+    reused, problem = nb.collect_urls({"bird": ["bird photo"]}, manifest, 100, search=no_search)
+    assert problem is None and reused == {"bird": urls}
+
+
+def test_first_look_with_failed_downloads_shows_a_labelled_standin_or_the_prepared_photo(nb, tmp_path, server,
+                                                                                          first_look, capsys):
+    ddgs, _ = fake_ddgs([ddgs_result(f"{server}/missing.jpg"), ddgs_result("http://127.0.0.1:9/refused.jpg")])
+    first_look(ddgs)
+    dest = tmp_path / "first_look" / "bird.jpg"
+    photo, problem = nb.search_first_photo("bird photo", dest, online=True, search_installed=True)
+    assert photo is None and not dest.exists() and not dest.with_name("bird.jpg.part").exists()
+    assert problem.startswith("the download failed (URLError:")  # the last one tried: refused
+    assert "\n" not in problem
+
+    nothing = tmp_path / "no_folder"
+    first_photos = {"bird": (None, problem), "forest": (None, "no search: there is no internet")}
+    nb.show_first_look(first_photos, {"bird": "bird photo", "forest": "forest photo"}, nothing)
+    out = capsys.readouterr().out
+    assert out.count("STAND-IN DRAWING, not a photo") == 2
+    assert "Online, with ddgs, this cell shows the first photo DuckDuckGo finds for 'bird photo'." in out
+    assert problem in out and "there is no internet" in out
+
+    make_photo_folder(tmp_path / "prepared", 2)
+    nb.show_first_look(first_photos, {"bird": "bird photo", "forest": "forest photo"}, tmp_path / "prepared")
+    out = capsys.readouterr().out
+    assert out.count("the first photo of the prepared folder") == 2 and "STAND-IN" not in out
+    assert "Online, with ddgs" in out
+
+
+def test_first_look_when_the_search_is_blocked_or_finds_no_picture(nb, tmp_path, first_look):
+    ddgs, calls = fake_ddgs(DDGSException("202 Ratelimit"))
+    pauses = first_look(ddgs)
+    photo, problem = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", True, True)
+    assert photo is None and "failed 2 times" in problem and "Ratelimit" in problem
+    assert len(calls) == 2 and pauses == [5.0]  # a short retry: the first look goes on soon
+
+    no_images, calls = fake_ddgs([{"title": "a result without a picture URL", "image": ""}])
+    first_look(no_images)
+    photo, problem = nb.search_first_photo("forest photo", tmp_path / "forest.jpg", True, True)
+    assert photo is None and "no pictures" in problem
+
+
+@pytest.mark.parametrize("online, search_installed", [(False, True), (True, False), (False, False)])
+def test_first_look_without_a_search_does_not_try_one(nb, tmp_path, online, search_installed):
+    def must_not_search(query):
+        raise AssertionError("no search can run")
+
+    photo, problem = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", online, search_installed,
+                                           find_urls=must_not_search)
+    assert photo is None and problem.startswith("no search: ")
+    assert ("no internet" in problem) == (not online) and ("not installed" in problem) == (not search_installed)
+
+
+@pytest.mark.parametrize("bad_results, found", [(4, True), (5, False)])
+def test_first_look_tries_exactly_five_results(nb, tmp_path, bad_results, found):
+    """A stand-in for fastdownload's download_url(url, dest, timeout=..., show_progress=...): refused
+    connections (urllib's URLError, as urlopen raises it) for the first results, then a good JPEG."""
+    urls = [f"https://bad.example/{index}.jpg" for index in range(bad_results)] + ["https://good.example/bird.jpg"]
+    tried = []
+
+    def download(url, dest, timeout=None, show_progress=True):
+        tried.append(url)
+        assert timeout and not show_progress
+        if "bad" in url:
+            raise urllib.error.URLError("[Errno 111] Connection refused")
+        dest.write_bytes(jpeg_bytes(40, 30))
+        return dest
+
+    photo, detail = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", True, True,
+                                          find_urls=lambda query: (urls, None), download=download)
+    assert (photo is not None) == found and len(tried) == min(len(urls), 5)
+    assert detail == ("https://good.example/bird.jpg" if found else
+                      "the download failed (URLError: <urlopen error [Errno 111] Connection refused>)")
+
+
+@pytest.mark.parametrize("photo, prepared, expected", [
+    ("bird.jpg", None, "search"), ("bird.jpg", "prepared.jpg", "search"),
+    (None, "prepared.jpg", "prepared"), (None, None, "stand-in")])
+def test_first_look_source(nb, photo, prepared, expected):
+    assert nb.first_look_source(photo, prepared) == expected
+
+
 # ---------------------------------------------------------------- the real download path, against a local server
 
 def jpeg_bytes(width, height, colour=(200, 120, 40)):
@@ -414,12 +536,17 @@ def test_the_lesson_is_in_view_and_the_plumbing_folded():
                 assert len([line for line in cell.source.splitlines() if line.strip()]) <= 25, cell.source[:60]
 
 
-def test_a_picture_of_each_class_comes_before_the_search_machinery():
+def test_the_first_look_is_a_visible_search_and_download_before_the_download_machinery():
     sources = [cell.source for cell in read(notebook_path("03")).cells]
-    first_look = next(i for i, source in enumerate(sources) if "show_one_per_class(pictures" in source)
-    search = next(i for i, source in enumerate(sources) if "def search_images" in source)
     plan = next(i for i, source in enumerate(sources) if source.startswith("image_counts = check_pictures"))
-    assert plan < first_look < search
+    first_look = next(i for i, source in enumerate(sources) if "show_first_look(first_photos, first_queries" in source)
+    download = next(i for i, source in enumerate(sources) if "def download_dataset" in source)
+    training = next(i for i, source in enumerate(sources) if "def train(" in source)
+    assert plan < first_look < download < training
+    cell = sources[first_look]
+    assert not cell.startswith("#@title") and len(cell.splitlines()) <= 8  # short, and in view
+    assert "search_first_photo(" in cell and "FIRST_LOOK_DIR" in cell
+    assert ast.parse(cell) and not any(isinstance(node, ast.If) for node in ast.parse(cell).body)
 
 
 def test_opening_findings_run_time_table_core_summary_then_going_deeper():
