@@ -29,7 +29,7 @@ import torchvision
 from ddgs.exceptions import DDGSException
 from PIL import Image
 
-from notebook_code import code_cells, load_helpers, notebook_path, read
+from notebook_code import code_cells, core_markdown, core_words, load_helpers, notebook_path, read, workshop_minutes
 
 
 @pytest.fixture(scope="module")
@@ -497,11 +497,12 @@ def test_the_fine_tune_prose_says_what_fastai_trains(nb, tiny_dls):
     learn.unfreeze()
     learn.opt.set_hyper("lr", slice(1e-5, 1e-3))  # fine_tune's slice(base_lr / lr_mult, base_lr)
     assert [round(h["lr"], 8) for h in learn.opt.hypers] == [1e-5, 1e-4, 1e-3]  # earlier layers learn slower
-    prose = markdown_text()
+    prose, core = markdown_text(), core_markdown(read(notebook_path("03")))
     for words in ("train_bn", "batch-normalisation layers of the body", "discriminative learning rates",
                   "slice(base_lr / 100, base_lr)", "several layers"):
-        assert words in prose, words
+        assert words in prose and words not in core, words  # the internals live in Going deeper
     assert "only the new last layer learns" not in prose
+    assert "fine_tune(EPOCHS)" in core and "Going deeper" in core  # two sentences in the core point there
 
 
 def test_the_device_argument_overrides_fastais_default_device(nb, tmp_path, monkeypatch):
@@ -564,6 +565,29 @@ def test_opening_findings_run_time_table_core_summary_then_going_deeper():
     for phrase in ("here, on a", "here it printed", "on this machine", "here they say", "here both say",
                    "measured here", "in a full run on this", "here, without", "here, offline", "as here"):
         assert phrase not in prose, phrase
+
+
+def test_the_core_fits_a_workshop_slot():
+    notebook = read(notebook_path("03"))
+    assert core_words(notebook) <= 2000
+    minutes = workshop_minutes(notebook)
+    assert minutes and max(minutes) <= 60, minutes
+    workshop_row = next(line for line in notebook.cells[0].source.splitlines() if "Workshop" in line)
+    assert workshop_row.split("|")[1].strip().startswith("Workshop") and "T4" in workshop_row
+
+
+GLOSSARY = "(../README.md#glossary)"
+
+
+def test_first_uses_link_the_glossary_and_kernel_always_says_which():
+    core = core_markdown(read(notebook_path("03")))
+    for term in ("`device`", "epochs", "batch", "ROCm", "MPS", "synchronizes", "CUDA"):
+        first = re.search(rf"\[{re.escape(term)}\]\(|(?<![\w`]){re.escape(term)}(?!\w)", core)
+        assert first and first.group().startswith("["), f"the first {term!r} of the core is not linked"
+        assert f"[{term}]{GLOSSARY}" in core, term
+    for match in re.finditer(r"kernel", markdown_text(), re.IGNORECASE):
+        before = markdown_text()[max(0, match.start() - 8):match.start()]
+        assert "GPU" in before or "Jupyter" in before, before
 
 
 def test_the_training_recipe_follows_the_weights(nb):
