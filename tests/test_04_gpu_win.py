@@ -5,6 +5,7 @@ literal constants. Nothing here needs a GPU. The shared timing function `time_it
 test_shared_setup.py.
 """
 import math
+import re
 import time
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from notebook_code import REPO, load_helpers, notebook_path, read
+from notebook_code import REPO, core_markdown, core_words, load_helpers, notebook_path, read, workshop_minutes
 
 nb = load_helpers("04")
 
@@ -463,3 +464,34 @@ def test_prose_does_not_say_what_here_printed():
         if cell.cell_type == "markdown":
             for phrase in BANNED:
                 assert phrase not in cell.source.lower(), (phrase, cell.source[:80])
+
+
+# --- issue 17: a core that fits a workshop slot, its words explained or linked ------------------------------
+
+def test_the_core_fits_a_workshop_slot():
+    notebook = read(notebook_path("04"))
+    assert core_words(notebook) <= 2000
+    minutes = workshop_minutes(notebook)
+    assert minutes and max(minutes) <= 60, minutes
+    core = core_markdown(notebook)
+    for anecdote in ("0.04 and 1.9 s", "from PyTorch 2.9 on", "foreach"):  # moved to Going deeper
+        assert anecdote not in core, anecdote
+    deeper = " ".join(cell.source for cell in _cells() if cell.cell_type == "markdown")
+    assert "0.04 and 1.9 s" in deeper and "from PyTorch 2.9 on" in deeper
+
+
+GLOSSARY = "(../README.md#glossary)"
+
+
+def test_first_uses_link_the_glossary_and_kernel_always_says_which():
+    core = core_markdown(read(notebook_path("04")))
+    for term in ("`synchronize`", "device", "epochs", "batch", "tensors", "CUDA", "GPU kernels", "launches",
+                 "FLOP/s", "accelerators"):
+        first = re.search(rf"\[{re.escape(term)}\]\(|(?<![\w`\[]){re.escape(term)}(?![\w/])", core)
+        assert first and first.group().startswith("["), f"the first {term!r} of the core is not linked"
+        assert f"[{term}]{GLOSSARY}" in core, term
+    sources = [cell.source for cell in _cells()]
+    for text in sources:
+        for match in re.finditer(r"kernel", text, re.IGNORECASE):
+            before = text[max(0, match.start() - 8):match.start()]
+            assert "GPU" in before or "Jupyter" in before or "KAGGLE_" in before, text[match.start() - 60:][:80]
