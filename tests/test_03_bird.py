@@ -168,6 +168,10 @@ def test_blocked_search_falls_back_and_a_later_run_only_searches_what_is_missing
     ({"bird": 60, "forest": 49}, False, True, "stand-in"),
     ({}, True, True, "search"),
     ({}, True, False, "stand-in"),
+    ({}, False, True, "stand-in"),
+    ({"bird": 50, "forest": 50}, False, False, "reuse"),  # exactly the minimum per class: enough
+    ({"bird": 50, "forest": 49}, True, True, "search"),  # one short: search for more
+    ({"bird": 50, "forest": 49}, False, True, "stand-in"),
 ])
 def test_plan_dataset(nb, counts, online, search_installed, expected):
     assert nb.plan_dataset(counts, 50, online, search_installed) == expected
@@ -184,6 +188,10 @@ def test_the_plan_says_plainly_why_there_is_no_search(nb):
     for text in (without_ddgs, offline, both):
         assert text.startswith("Plan: stand-in") and "teach nothing about real birds" in text
     assert nb.describe_plan("reuse", {"bird": 60, "forest": 55}, 50, False, False).startswith("Plan: reuse")
+    search = nb.describe_plan("search", {"bird": 3, "forest": 0}, 50, True, True)
+    assert search.startswith("Plan: search") and "downloads photos" in search
+    assert nb.no_search_reasons(True, True) == []
+    assert "the search failed" in nb.describe_plan("stand-in", counts, 50, True, True)  # online, yet it failed
 
 
 def test_without_ddgs_the_notebook_code_loads_and_never_searches(monkeypatch):
@@ -619,6 +627,16 @@ def test_the_training_cell_says_what_its_error_rate_means(nb):
     assert "Step 5" in nb.interpret_training(0.25, pretrained=True, standin=False)
 
 
+@pytest.mark.parametrize("error_rate, good", [(0.1, True), (0.1001, False)])  # the verdicts' edge: 10 % wrong
+def test_the_training_verdicts_at_their_edge(nb, error_rate, good):
+    photos = nb.interpret_training(error_rate, pretrained=True, standin=False)
+    assert ("learned the task" in photos) == good and ("Step 5" in photos) == (not good)
+    drawings = nb.interpret_training(error_rate, pretrained=True, standin=True)
+    assert ("it tells the drawings apart" in drawings) == good
+    assert "random weights" not in photos and "random weights" in nb.interpret_training(
+        error_rate, pretrained=False, standin=False)
+
+
 # ---------------------------------------------------------------- broken pictures in the folder to train on
 
 LABELS = ("bird", "forest")
@@ -704,6 +722,15 @@ def test_too_few_pictures_after_the_check_means_the_standins(nb, tmp_path, capsy
     assert nb.count_images(photos, LABELS) == {"bird": 50, "forest": 50}  # the photos stay where they were
     out = capsys.readouterr().out
     assert "Too few usable photos" in out and "STAND-IN DATA" in out
+
+
+@pytest.mark.parametrize("per_class, minimum, expected", [(3, 3, "reuse"), (3, 4, "stand-in")])
+def test_photos_are_used_from_exactly_the_minimum_per_class(nb, tmp_path, capsys, per_class, minimum, expected):
+    photos, standin = tmp_path / "bird_or_not", tmp_path / "standin"
+    make_photo_folder(photos, per_class)
+    folder, plan = nb.pictures_to_train_on("reuse", photos, standin, LABELS, minimum, 2)
+    assert plan == expected and folder == (photos if expected == "reuse" else standin)
+    assert ("STAND-IN DATA" in capsys.readouterr().out) == (expected == "stand-in")
 
 
 def test_download_path_checks_what_an_interrupted_run_left_behind(nb, tmp_path, server):
@@ -821,7 +848,8 @@ def test_standin_dataset_is_deterministic_and_reruns_add_nothing(nb, tmp_path):
         assert picture.size == (256, 192) and picture.mode == "RGB"
 
 
-@pytest.mark.parametrize("n_train, expected", [(32, 8), (128, 32), (256, 64), (5000, 64), (10, 2), (3, 1)])
+@pytest.mark.parametrize("n_train, expected", [(32, 8), (128, 32), (256, 64), (255, 32), (5000, 64), (10, 2),
+                                               (8, 2), (7, 1), (3, 1), (0, 1)])
 def test_choose_batch_size(nb, n_train, expected):
     batch_size = nb.choose_batch_size(n_train)
     assert batch_size == expected
