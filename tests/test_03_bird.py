@@ -293,10 +293,10 @@ def test_first_look_with_failed_downloads_shows_a_labelled_standin_or_the_prepar
     assert "\n" not in problem
 
     nothing = tmp_path / "no_folder"
-    first_photos = {"bird": (None, problem), "forest": (None, "no search: there is no internet")}
+    first_photos = {"bird": (None, problem), "forest": (None, "no search can run, because there is no internet")}
     nb.show_first_look(first_photos, {"bird": "bird photo", "forest": "forest photo"}, nothing)
     out = capsys.readouterr().out
-    assert out.count("STAND-IN DRAWING, not a photo") == 2
+    assert out.count("a STAND-IN DRAWING, not a photo. Why: ") == 2
     assert "Online, with ddgs, this cell shows the first photo DuckDuckGo finds for 'bird photo'." in out
     assert problem in out and "there is no internet" in out
 
@@ -327,7 +327,7 @@ def test_first_look_without_a_search_does_not_try_one(nb, tmp_path, online, sear
 
     photo, problem = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", online, search_installed,
                                            find_urls=must_not_search)
-    assert photo is None and problem.startswith("no search: ")
+    assert photo is None and problem.startswith("no search can run, because ")
     assert ("no internet" in problem) == (not online) and ("not installed" in problem) == (not search_installed)
 
 
