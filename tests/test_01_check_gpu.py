@@ -1,15 +1,19 @@
 """Notebook 01's diagnosis helpers, called with made-up facts and made-up nvidia-smi output."""
 import contextlib
 import io
+import ast
 import os
+import re
 import stat
 import sys
 import textwrap
+import types
 
 import pytest
 import torch
 
-from notebook_code import code_cells, load_helpers, notebook_path, read
+from notebook_code import (INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE, code_cells, core_markdown,
+                           core_words, load_helpers, notebook_path, read, workshop_minutes)
 
 nb = load_helpers("01")
 
@@ -382,10 +386,70 @@ def test_arch_supported(capability, arches, expected):
     assert nb.arch_supported(capability, arches) is expected
 
 
-def test_published_peak_matches_whole_model_names_only():
-    assert nb.published_peak("Tesla T4")[0] == 8.1
-    assert nb.published_peak("NVIDIA A100-SXM4-40GB")[0] == 19.5
-    assert nb.published_peak("NVIDIA L40S") is None
+# Going deeper A: the datasheet's peak for the model AND its form factor, read from the device name.
+# The names are torch.cuda.get_device_name()'s (the driver's) for each card, as nvidia-smi prints them.
+
+@pytest.mark.parametrize("name, peak", [
+    ("Tesla T4", 8.1),
+    ("NVIDIA L4", 30.3),
+    ("NVIDIA A100-SXM4-40GB", 19.5), ("NVIDIA A100-SXM4-80GB", 19.5),  # A100: one peak for both
+    ("NVIDIA A100-SXM-80GB", 19.5), ("NVIDIA A100-PCIE-40GB", 19.5), ("NVIDIA A100 80GB PCIe", 19.5),
+    ("Tesla V100-SXM2-16GB", 15.7), ("Tesla V100-SXM2-32GB", 15.7),  # NVLink module: higher clock
+    ("Tesla V100-PCIE-16GB", 14.0), ("Tesla V100-PCIE-32GB", 14.0),
+    ("Tesla P100-SXM2-16GB", 10.6), ("Tesla P100-PCIE-16GB", 9.3), ("Tesla P100-PCIE-12GB", 9.3),
+    ("Tesla V100-DGXS-16GB", None), ("Tesla V100-SXM3-32GB", None),  # form factors not in the table
+    ("Tesla V100S-PCIE-32GB", None),  # a different model (V100S), not a V100
+    ("NVIDIA L40S", None), ("NVIDIA T400", None), ("AMD Instinct MI250X/MI250", None),
+])
+def test_published_peak_matches_the_model_and_its_form_factor(name, peak):
+    found = nb.published_peak(name)
+    assert (found and found[0]) == peak
+    if peak is not None:
+        assert found[1].startswith("https://www.nvidia.com/")
+
+
+@pytest.mark.parametrize("name, form", [
+    ("Tesla V100-SXM2-16GB", "SXM2"), ("NVIDIA A100-SXM4-40GB", "SXM4"), ("NVIDIA A100-SXM-80GB", "SXM"),
+    ("Tesla V100-PCIE-32GB", "PCIE"), ("NVIDIA A100 80GB PCIe", "PCIE"), ("Tesla T4", None),
+])
+def test_form_factor_is_read_from_the_device_name(name, form):
+    assert nb.form_factor(name) == form
+
+
+def cell_source(prefix, cell_id):
+    """The source of the cell `cell_id` of notebook `prefix` (cell ids are kept by every edit)."""
+    [source] = [cell.source for cell in read(notebook_path(prefix)).cells if cell.get("id") == cell_id]
+    return source
+
+
+def run_cell(prefix, cell_id, namespace):
+    """Run one cell of the notebook in `namespace` (its helpers plus stand-ins); what it printed."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(cell_source(prefix, cell_id), namespace)
+    return printed.getvalue()
+
+
+def test_datasheet_cell_on_a_v100_sxm2_uses_the_sxm2_peak(monkeypatch):
+    # torch.cuda.get_device_name(device) on a V100 module; 12.56 TFLOP/s measured in Step 5.
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100-SXM2-16GB")
+    namespace = {**vars(nb), "device": torch.device("cuda"), "speed": {"cuda": 12560.0}}
+    printed = run_cell("01", "cell-19-run", namespace)
+    row = namespace["comparison"].iloc[0]
+    assert row["published_TFLOP_per_s"] == 15.7
+    assert row["share_of_peak_pct"] == 80  # against the PCIe card's 14.0 it would read 90
+    assert "nvidia.com/en-us/data-center/v100" in printed
+
+
+def test_datasheet_cell_names_a_gpu_it_does_not_know_and_says_why_without_one(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100-DGXS-16GB")
+    namespace = {**vars(nb), "device": torch.device("cuda"), "speed": {"cuda": 12560.0}}
+    printed = run_cell("01", "cell-19-run", namespace)
+    assert namespace["comparison"] is None
+    assert "Tesla V100-DGXS-16GB: not in this notebook's small datasheet table" in printed
+    namespace = {**vars(nb), "device": torch.device("cpu"), "speed": {"cpu": 80.0}}
+    printed = run_cell("01", "cell-19-run", namespace)
+    assert namespace["comparison"] is None and printed.startswith("No NVIDIA or AMD GPU")
 
 
 # Tables a learner reads are rounded to digits that mean something.
@@ -403,6 +467,8 @@ def test_datasheet_table_is_rounded():
     assert row["measured_TFLOP_per_s"] == 4.6 and row["published_TFLOP_per_s"] == 8.1
     assert row["share_of_peak_pct"] == 56
     assert nb.datasheet_table("NVIDIA L40S", 30000.0) is None
+    sxm = nb.datasheet_table("Tesla P100-SXM2-16GB", 8480.0).iloc[0]
+    assert sxm["published_TFLOP_per_s"] == 10.6 and sxm["share_of_peak_pct"] == 80
 
 
 # Step 6 without fastai: a plain message, not an ImportError.
@@ -422,3 +488,546 @@ def test_every_code_line_fits_in_100_characters():
     for source in code_cells(read(notebook_path("01"))):
         for line in source.splitlines():
             assert len(line) <= 100, line
+
+
+# --- Issue 21: every decision pinned at its edges ------------------------------------------------------
+# Each test below sits on both sides of one threshold or condition of the diagnosis, so that a
+# one-token change (< for <=, 7.0 for 7.5, "render" for "video", ...) makes one of them fail.
+
+V100 = dict(name="Tesla V100-SXM2-16GB", capability="7.0", arch="sm_70", memory=15.8)
+T4 = dict(name="Tesla T4", capability="7.5", arch="sm_75", memory=14.7)
+
+
+def gpu_problem(wheel_arches, card, cuda_build="13.0"):
+    """The finding for one NVIDIA GPU that PyTorch sees, with a wheel built for `wheel_arches`."""
+    return only(nb.diagnose(facts(cuda_build=cuda_build, arch_list=wheel_arches, cuda_available=True,
+                                  gpu_count=1, gpus=[gpu(**card)], nvidia_smi=smi())))
+
+
+def test_v100_capability_7_0_with_a_cuda13_wheel_is_sent_to_the_last_wheel_built_for_it():
+    result = gpu_problem(CUDA13_ARCHES, V100)  # CUDA 13 wheels start at sm_75
+    assert result["title"] == "Tesla V100-SXM2-16GB (sm_70) is not in this wheel"
+    assert '"torch==2.14.*"' in result["fix"] and "whl/cu126" in result["fix"]
+    assert "whl/cu130" not in result["fix"]  # the CUDA 13 wheel has no code for a V100
+
+
+def test_t4_capability_7_5_missing_from_a_wheel_is_sent_to_the_current_wheel_not_the_legacy_one():
+    result = gpu_problem(["sm_80", "sm_86", "sm_90"], T4)  # a wheel that starts at sm_80
+    assert result["title"] == "Tesla T4 (sm_75) is not in this wheel"
+    assert "whl/cu130" in result["fix"] and "torch==2.14" not in result["fix"]
+    assert "whl/cu126" not in result["fix"]
+
+
+def test_v100_with_the_legacy_cuda12_6_wheel_is_ready():
+    legacy_arches = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+    assert gpu_problem(legacy_arches, V100, cuda_build="12.6")["status"] == "ok"
+
+
+@pytest.mark.parametrize("capability, arches, expected", [
+    ("8.6", ["sm_86"], True), ("8.6", ["sm_87"], False),   # binary code: equal minor runs, newer not
+    ("9.0", ["sm_80"], False), ("7.5", ["sm_80"], False),  # binary code: never across a major
+    ("9.0", ["compute_90"], True), ("8.9", ["compute_90"], False),  # PTX: equal or newer GPU
+    ("10.3", ["sm_100f"], True), ("10.0", ["sm_103f"], False),  # 'f': its family, minor up
+    ("12.0", ["sm_100f"], False),
+    ("10.0", ["sm_90a"], False), ("9.0", ["sm_90"], True),
+    ("7.5", [], False),
+])
+def test_arch_supported_at_each_edge(capability, arches, expected):
+    assert nb.arch_supported(capability, arches) is expected
+
+
+@pytest.mark.parametrize("arch, parsed", [
+    ("sm_75", ("sm", 7, 5, "")), ("sm_100", ("sm", 10, 0, "")), ("sm_120a", ("sm", 12, 0, "a")),
+    ("compute_90", ("compute", 9, 0, "")), ("sm_100f", ("sm", 10, 0, "f")), ("gfx90a", None),
+    ("sm_90x", None),
+])
+def test_parse_arch(arch, parsed):
+    assert nb.parse_arch(arch) == parsed
+
+
+@pytest.mark.parametrize("cuda_build, driver, expected", [
+    ("13.0", "580.65.06", None), ("13.0", "580.00", None), ("13.0", "575.57.08", (575, 580)),
+    ("12.6", "525.60.13", None), ("12.6", "520.61.05", (520, 525)),
+    ("11.8", "450.80.02", None), ("11.8", "440.33.01", (440, 450)),
+    ("14.0", "470.82.01", None),  # a CUDA major this table does not know: no claim
+])
+def test_driver_exactly_at_the_required_series_is_new_enough(cuda_build, driver, expected):
+    assert nb.driver_too_old(facts(cuda_build=cuda_build, nvidia_smi=smi(driver=driver))) == expected
+
+
+def test_driver_too_old_needs_a_cuda_wheel_and_a_driver_version():
+    assert nb.driver_too_old(facts(cuda_build=None, nvidia_smi=smi(driver="470.82.01"))) is None
+    assert nb.driver_too_old(facts(nvidia_smi=smi(driver=None))) is None
+    assert nb.driver_too_old(facts(nvidia_smi=None)) is None
+
+
+@pytest.mark.parametrize("driver, offered, not_offered", [
+    ("575.57.08", "whl/cu126", "whl/cu118"),  # R525 and newer run the CUDA 12.6 wheels
+    ("525.60.13", "whl/cu126", "whl/cu118"),
+    ("520.61.05", "whl/cu118", "whl/cu126"),  # R450 to R520 run CUDA 11.8 only
+    ("450.80.02", "whl/cu118", "whl/cu126"),
+    ("440.33.01", "no PyTorch 2.6 or newer runs", "--index-url"),  # nothing left to install
+])
+def test_old_driver_offers_the_newest_wheel_that_driver_runs(driver, offered, not_offered):
+    result = only(nb.diagnose(facts(nvidia_smi=smi(driver=driver, cuda="11.0"))))
+    assert result["title"].startswith(f"The NVIDIA driver (R{driver.split('.')[0]}) is too old")
+    assert result["fix"].startswith("Update the NVIDIA driver to R580 or newer")
+    assert offered in result["fix"] and not_offered not in result["fix"]
+
+
+def test_needed_branch_for_each_cuda_major_and_a_default():
+    assert [nb.needed_branch(facts(cuda_build=build)) for build in ("11.8", "12.6", "13.0", "14.0")] == [
+        450, 525, 580, 580]
+
+
+@pytest.mark.parametrize("cuda_build, newest, verdict", [
+    ("13.0", "13.0", "the driver is new enough."),   # the same major: fits
+    ("13.0", "13.1", "the driver is new enough."),
+    ("12.6", "13.0", "the driver is new enough."),
+    ("13.0", "12.9", "the driver is too old for it"),
+])
+def test_smi_summary_compares_the_majors(cuda_build, newest, verdict):
+    text = nb.smi_summary({**smi(cuda=newest), "report": NEW_HEADER}, cuda_build)
+    assert verdict in text and NEW_HEADER.strip().splitlines()[0] in text
+
+
+def test_smi_summary_without_a_cuda_wheel_without_a_cuda_field_and_with_a_rejected_query():
+    assert "has no CUDA" in nb.smi_summary({**smi(), "report": NEW_HEADER}, None)
+    no_field = nb.smi_summary({**smi(cuda=None), "report": R384_HEADER}, "13.0")
+    assert "new enough" not in no_field and "too old" not in no_field
+    rejected = nb.smi_summary({**smi(), "report": OLD_HEADER, "query_error": OLD_QUERY_ERROR}, "13.0")
+    assert "rejected a GPU query" in rejected and "old driver" in rejected
+    assert "not installed" in nb.smi_summary(None, "13.0")
+    assert "installed but failed" in nb.smi_summary({"error": "NVIDIA-SMI has failed"}, "13.0")
+
+
+# Older nvidia-smi layouts: R418 (CUDA Version field, older ruling) and R384 (before R410 the header
+# had no "CUDA Version" at all).
+R418_HEADER = """\
+Thu Jun 13 08:21:07 2019
++-----------------------------------------------------------------------------+
+| NVIDIA-SMI 418.67       Driver Version: 418.67       CUDA Version: 10.1     |
+|-------------------------------+----------------------+----------------------+
+| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |
+|===============================+======================+======================|
+|   0  Tesla V100-SXM2...  On   | 00000000:00:1E.0 Off |                    0 |
+| N/A   42C    P0    39W / 300W |      0MiB / 16130MiB |      0%      Default |
++-------------------------------+----------------------+----------------------+
+"""
+R384_HEADER = """\
+Wed Mar 21 14:40:12 2018
++-----------------------------------------------------------------------------+
+| NVIDIA-SMI 384.130                Driver Version: 384.130                   |
+|-------------------------------+----------------------+----------------------+
+| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |
+|===============================+======================+======================|
+|   0  Tesla K80           Off  | 00000000:00:04.0 Off |                    0 |
+| N/A   33C    P8    30W / 149W |      0MiB / 11439MiB |      0%      Default |
++-------------------------------+----------------------+----------------------+
+"""
+
+
+def test_old_headers_give_the_driver_and_what_they_know_of_cuda():
+    assert nb.parse_smi_header(R418_HEADER) == {"driver_version": "418.67", "cuda_version": "10.1"}
+    assert nb.parse_smi_header(R384_HEADER) == {"driver_version": "384.130", "cuda_version": None}
+
+
+def test_an_r384_driver_without_a_cuda_field_is_still_called_too_old_and_nothing_is_offered():
+    report = {**nb.parse_smi_header(R384_HEADER), "report": R384_HEADER, "query_error": None,
+              "gpus": nb.parse_smi_query(f"0, {T4_UUID}, Tesla K80, 11439 MiB\n")}
+    result = only(nb.diagnose(facts(nvidia_smi=report)))
+    assert result["title"] == "The NVIDIA driver (R384) is too old for this CUDA 13.0 wheel"
+    assert "newest CUDA it runs: None" in result["why"]
+    assert "no PyTorch 2.6 or newer runs" in result["fix"]
+
+
+def test_parse_smi_query_keeps_names_with_commas_and_skips_lines_that_are_not_gpus():
+    text = ("0, GPU-aaaaaaaa-0000-0000-0000-000000000000, Quadro RTX 8000, with, commas, 48601 MiB\n"
+            "No devices were found\n"
+            "x, GPU-bbbbbbbb, Tesla T4, 15360 MiB\n"
+            "1, GPU-cccccccc, 15360 MiB\n")
+    assert nb.parse_smi_query(text) == [{"index": 0, "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000000",
+                                         "name": "Quadro RTX 8000, with, commas", "memory": "48601 MiB"}]
+
+
+@pytest.mark.parametrize("error, fix_start", [
+    ("Failed to initialize NVML: Driver/library version mismatch", "Reboot: the NVIDIA driver was updated"),
+    ("No devices were found", "The driver runs but finds no GPU"),
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "Reboot (a driver"),
+])
+def test_a_driver_that_does_not_answer_gets_the_fix_for_its_message(error, fix_start):
+    result = only(nb.diagnose(facts(nvidia_smi={"error": error})))
+    assert result["title"] == "The NVIDIA driver does not answer"
+    assert result["fix"].startswith(fix_start)
+
+
+# ROCm: the device files belong to both groups, `render` and `video`; one of them is not enough.
+
+ROCM = dict(cuda_build=None, hip_build="6.3.42131-fa1d09cbd", arch_list=ROCM_ARCHES, amd_driver_loaded=True)
+
+
+@pytest.mark.parametrize("groups, blamed", [
+    (["ada", "video"], True), (["ada", "render"], True), (["ada"], True),
+    (["render", "video"], False), (["ada", "render", "video"], False),
+    (None, False),  # root, or a system without groups: the check cannot apply
+])
+def test_rocm_user_needs_both_render_and_video(groups, blamed):
+    result = only(nb.diagnose(facts(**ROCM, user_groups=groups)))
+    assert (result["title"] == "ROCm build of PyTorch, but your user may not open the GPU") is blamed
+    if not blamed:
+        assert result["title"] == "ROCm build of PyTorch, but no AMD GPU is visible"
+
+
+@pytest.mark.parametrize("name", ["hip_visible_devices", "rocr_visible_devices", "cuda_visible_devices"])
+@pytest.mark.parametrize("value, hides", [("", True), (" ", True), ("-1", True), ("0", False),
+                                          ("0,1", False)])
+def test_rocm_visible_devices_variables(name, value, hides):
+    result = only(nb.diagnose(facts(**ROCM, user_groups=["render", "video"], **{name: value})))
+    assert ("hides the GPU" in result["title"]) is hides
+    if hides:
+        assert f"unset {name.upper()}" in result["fix"]
+
+
+def test_rocm_without_its_driver_is_told_so_before_groups_are_checked():
+    result = only(nb.diagnose(facts(**{**ROCM, "amd_driver_loaded": False}, user_groups=["ada"])))
+    assert result["title"] == "ROCm build of PyTorch, but AMD's GPU driver is not loaded"
+
+
+def test_an_amd_gpu_without_an_architecture_name_is_not_blamed():
+    card = gpu("AMD Radeon", "10.3", "", 12.0)
+    result = only(nb.diagnose(facts(**ROCM, cuda_available=True, gpu_count=1, gpus=[card])))
+    assert result["status"] == "ok"
+
+
+# Macs: macOS 14 exactly is new enough for mps.
+
+MAC = dict(os="Darwin", machine="arm64", cuda_build=None, arch_list=[], mps_built=True)
+
+
+@pytest.mark.parametrize("version, too_old", [("13.7.4", True), ("13.0", True), ("14.0", False),
+                                              ("15.5", False), ("unknown", False), (None, False)])
+def test_macos_14_is_the_first_that_mps_runs_on(version, too_old):
+    result = only(nb.diagnose(facts(**MAC, macos_version=version)))
+    assert ("is too old for PyTorch's Apple GPU device" in result["title"]) is too_old
+    if not too_old:
+        assert result["title"] == "PyTorch does not find the Apple GPU"
+
+
+def test_a_mac_build_without_mps_and_a_linux_machine_are_not_mixed_up():
+    no_mps = only(nb.diagnose(facts(**{**MAC, "mps_built": False}, macos_version="15.5")))
+    assert no_mps["title"] == "This PyTorch build has no MPS support"
+    assert nb.mac_without_mps(facts(cuda_build=None, arch_list=[])) is None  # Linux: not a Mac
+
+
+# The commands quote this Jupyter kernel's Python as each shell needs.
+
+@pytest.mark.parametrize("os_name, python, command", [
+    ("Windows", r"C:\Python313\python.exe", r"C:\Python313\python.exe"),
+    ("Windows", r"C:\Program Files\Python313\python.exe", r'& "C:\Program Files\Python313\python.exe"'),
+    ("Linux", "/opt/my env/bin/python", "'/opt/my env/bin/python'"),
+    ("Linux", LINUX_PYTHON, LINUX_PYTHON),
+    ("Linux", None, "python"),
+])
+def test_python_command_quotes_only_what_needs_it(os_name, python, command):
+    assert nb.python_command(facts(os=os_name, python=python)) == command
+    note = "(in cmd, leave out the leading '&')"
+    assert (note in nb.reinstall_fix(facts(os=os_name, python=python), "URL")) is command.startswith("&")
+
+
+# Stand-ins shaped like torch.cuda on a T4 and on an AMD MI250 (what gather_facts reads).
+
+def test_gpu_details_on_an_nvidia_t4(monkeypatch):
+    properties = types.SimpleNamespace(name="Tesla T4", total_memory=15828320256, major=7, minor=5)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: properties)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "Tesla T4")
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert nb.gpu_details() == [{"index": 0, "name": "Tesla T4", "capability": "7.5", "arch": "sm_75",
+                                 "memory_GiB": 14.7}]
+
+
+def test_gpu_details_on_an_amd_gpu_reads_the_gfx_name(monkeypatch):
+    properties = types.SimpleNamespace(name="AMD Instinct MI250X/MI250", total_memory=68702699520,
+                                       gcnArchName="gfx90a:sramecc+:xnack-", major=9, minor=0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: properties)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "AMD Instinct MI250X/MI250")
+    monkeypatch.setattr(torch.version, "hip", "6.3.42131-fa1d09cbd")
+    [details] = nb.gpu_details()
+    assert details["arch"] == "gfx90a:sramecc+:xnack-" and details["memory_GiB"] == 64.0
+
+
+def test_user_groups_as_root_and_as_a_user(monkeypatch):
+    grp = pytest.importorskip("grp")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert nb.user_groups() is None
+    names = {44: "video", 109: "render", 1000: "ada"}
+
+    def getgrgid(gid):
+        if gid not in names:
+            raise KeyError(gid)  # a group id with no name
+        return types.SimpleNamespace(gr_name=names[gid])
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "getgroups", lambda: [1000, 44, 4242])
+    monkeypatch.setattr(grp, "getgrgid", getgrgid)
+    assert nb.user_groups() == ["ada", "video"]
+
+
+def test_gather_facts_has_exactly_the_keys_the_tests_make_up():
+    assert set(nb.gather_facts()) == set(facts())
+
+
+# --- Step 5: the measured speed as a table and a chart, on a CPU and (stand-in) on a GPU -------------
+
+def fake_matmul_gflops(measured):
+    """Stands in for matmul_gflops: {device type: GFLOP/s}; notes each (device, size) asked for."""
+    asked = []
+
+    def matmul_gflops(on_device, size):
+        asked.append((str(on_device), size))
+        return measured[torch.device(on_device).type]
+    return matmul_gflops, asked
+
+
+@pytest.mark.parametrize("device_type", ["cuda", "mps"])
+def test_step_5_on_a_gpu_measures_it_on_a_larger_matrix_and_says_how_many_times(device_type):
+    matmul_gflops, asked = fake_matmul_gflops({"cpu": 90.0, device_type: 7200.0})
+    namespace = {**vars(nb), "device": torch.device(device_type), "matmul_gflops": matmul_gflops,
+                 "MATMUL_SIZE": 512}
+    printed = run_cell("01", "cell-17-run", namespace)
+    assert asked == [("cpu", 512), (device_type, 2048)]
+    assert namespace["speed"] == {"cpu": 90.0, device_type: 7200.0}
+    assert printed.startswith(f"{device_type}: 80 times the CPU's GFLOP/s")
+
+
+def test_step_5_without_a_gpu_measures_the_cpu_only():
+    matmul_gflops, asked = fake_matmul_gflops({"cpu": 90.0})
+    namespace = {**vars(nb), "device": torch.device("cpu"), "matmul_gflops": matmul_gflops,
+                 "MATMUL_SIZE": 512}
+    printed = run_cell("01", "cell-17-run", namespace)
+    assert asked == [("cpu", 512)] and namespace["speed"] == {"cpu": 90.0}
+    assert printed.startswith("No GPU, so one row and one bar")
+
+
+@pytest.mark.parametrize("speed", [{"cpu": 87.654}, {"cpu": 87.654, "cuda": 7123.4}])
+def test_speed_chart_has_a_bar_per_device_labelled_on_a_log_scale(speed):
+    import matplotlib.pyplot as plt
+    figure = nb.speed_chart(speed)
+    try:
+        [axes] = figure.axes
+        assert len(axes.patches) == len(speed)
+        assert [label.get_text() for label in axes.get_yticklabels()] == list(speed)
+        assert [text.get_text() for text in axes.texts] == [f"{value:,.0f}" for value in speed.values()]
+        assert axes.get_xscale() == "log" and "GFLOP/s" in axes.get_xlabel()
+        assert axes.get_title() and axes.get_ylabel()
+        low, high = axes.get_xlim()
+        assert low < min(speed.values()) and high > max(speed.values())
+    finally:
+        plt.close(figure)
+
+
+# --- Issue 17: a core that fits a workshop slot, its words linked to README's glossary ----------------
+
+NOTEBOOK = read(notebook_path("01"))
+GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(\.\./README\.md#glossary\)")
+
+
+def test_core_fits_a_workshop_slot_and_the_title_table_says_how_long():
+    assert core_words(NOTEBOOK) <= 2000
+    minutes = workshop_minutes(NOTEBOOK)
+    assert minutes and all(0 < estimate <= 60 for estimate in minutes)
+
+
+def going_deeper_markdown(notebook):
+    """The markdown from the "Going deeper" heading on."""
+    texts = [cell.source for cell in notebook.cells if cell.cell_type == "markdown"]
+    start = next(i for i, text in enumerate(texts) if re.search(r"^## Going deeper", text, re.M))
+    return " ".join(" ".join(texts[start:]).split())
+
+
+def test_driver_series_and_wheel_generations_are_told_in_going_deeper_not_in_the_core():
+    core, deeper = " ".join(core_markdown(NOTEBOOK).split()), going_deeper_markdown(NOTEBOOK)
+    for detail in ("R525", "R450", "CUDA 12.6", "2.14", "sm_70", "minor version compatibility"):
+        assert detail not in core and detail in deeper, detail
+    assert f"R{nb.MIN_DRIVER_BRANCH[13]} series" in core  # the one number the core keeps
+    for major, branch in nb.MIN_DRIVER_BRANCH.items():
+        assert f"CUDA {major}" in deeper and f"R{branch}" in deeper
+    assert re.search(r'torch==2\.14', nb.LEGACY_TORCH) and "cu126" in nb.LEGACY_WHEEL_INDEX
+    assert "cu118" in nb.CUDA11_WHEEL_INDEX and "PyTorch 2.7" in deeper and "2.7" in nb.CUDA11_TORCH
+
+
+def first_use_is_linked(text, term):
+    """True when the first match of `term` in `text` lies inside the text of a glossary link."""
+    first = re.search(term, text, re.IGNORECASE)
+    assert first, f"{term!r} is not used in the core"
+    return any(link.start(1) <= first.start() < link.end(1) for link in GLOSSARY_LINK.finditer(text))
+
+
+@pytest.mark.parametrize("term", [r"\bCUDA build", r"\bdevice\b", r"\bwheels?\b", r"\bdrivers?\b",
+                                  r"\bcapability\b", r"\bROCm\b", r"\bmps\b", r"\bkernels?\b",
+                                  r"\bJupyter kernel", r"\bGPU kernel", r"\blaunch", r"\bsynchroni[sz]e",
+                                  r"FLOP/s"])
+def test_first_use_of_each_glossary_word_in_the_core_links_to_the_glossary(term):
+    assert first_use_is_linked(" ".join(core_markdown(NOTEBOOK).split()), term)
+
+
+def test_the_glossary_links_point_to_words_readme_explains():
+    readme = (notebook_path("01").parents[1] / "README.md").read_text()
+    glossary = readme[readme.index("## Glossary"):]
+    glossary = glossary[:glossary.index("\n## ", 5)]
+    terms = {re.sub(r"\s*\(.*\)", "", term).lower()  # "launch (of a GPU kernel)" -> "launch"
+             for bold in re.findall(r"\*\*(.+?)\*\*", glossary) for term in bold.split(", ")}
+    assert {"wheel", "cuda build", "driver", "gpu kernel", "jupyter kernel", "synchronize"} <= terms
+    for link in GLOSSARY_LINK.finditer(" ".join(core_markdown(NOTEBOOK).split())):
+        word = link.group(1).strip("`*").lower()
+        assert any(term in word for term in terms), f"{word!r} is not a word of README's glossary"
+
+
+def test_kernel_always_says_which_kernel():
+    """In the prose and in every message the lesson prints: a Jupyter kernel or a GPU kernel."""
+    texts = [cell.source for cell in NOTEBOOK.cells if cell.cell_type == "markdown"]
+    for source in code_cells(NOTEBOOK):
+        if source.startswith((INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE)):
+            continue  # the two setup cells belong to the whole collection
+        texts += [node.value for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    for text in texts:
+        text = " ".join(text.replace("[", "").split())
+        for found in re.finditer(r"\bkernels?\b", text, re.IGNORECASE):
+            before, after = text[max(0, found.start() - 8):found.start()], text[found.end():]
+            assert before.endswith(("Jupyter ", "GPU ")) or after.startswith(" image is available"), (
+                text[max(0, found.start() - 60):found.end() + 20])
+
+
+# --- Issue 21: the GPU, Mac and Intel branches of 01's cells, run with stand-ins shaped like torch's API --
+
+def stand_in_gpus(monkeypatch, names):
+    """torch.cuda as on a machine with these GPUs (NVIDIA, or AMD under ROCm: the same calls)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: bool(names))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(names))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: names[index or 0])
+
+
+@pytest.mark.parametrize("names, line", [
+    (["Tesla T4"], "PyTorch uses 1 GPU: Tesla T4"),
+    (["Tesla T4", "Tesla T4"], "PyTorch uses 2 GPUs: Tesla T4, Tesla T4"),  # Kaggle's T4 x2
+    (["AMD Instinct MI250X/MI250"], "PyTorch uses 1 GPU: AMD Instinct MI250X/MI250"),
+])
+def test_step_1_names_every_gpu(monkeypatch, names, line):
+    stand_in_gpus(monkeypatch, names)
+    printed = run_cell("01", "cell-05-device", {**vars(nb), "device": torch.device("cuda")})
+    assert printed.strip() == line
+
+
+@pytest.mark.parametrize("device_type, line", [
+    ("mps", "PyTorch uses the 'mps' accelerator, the Apple GPU"),
+    ("xpu", "PyTorch uses the 'xpu' accelerator"),
+    ("cpu", "No GPU: PyTorch runs on the CPU. Steps 2 and 3 find out why, and what would fix it."),
+])
+def test_step_1_on_a_mac_an_intel_gpu_and_a_cpu(monkeypatch, device_type, line):
+    stand_in_gpus(monkeypatch, [])
+    printed = run_cell("01", "cell-05-device", {**vars(nb), "device": torch.device(device_type)})
+    assert printed.strip() == line
+
+
+def test_step_1_table_of_gpus_on_a_t4_and_the_messages_without_one(monkeypatch):
+    shown = []
+    t4 = {"index": 0, "name": "Tesla T4", "capability": "7.5", "arch": "sm_75", "memory_GiB": 14.7}
+    monkeypatch.setitem(nb.__dict__, "gather_facts", lambda: facts(gpus=[t4]))
+    namespace = {**vars(nb), "device": torch.device("cuda"), "display": shown.append}
+    run_cell("01", "cell-07", namespace)
+    [table] = shown
+    assert table.loc[0].to_dict() == {key: value for key, value in t4.items() if key != "index"}
+    for device_type, start in (("mps", "The Apple GPU is not a CUDA device"), ("cpu", "PyTorch sees no GPU")):
+        namespace = {**vars(nb), "device": torch.device(device_type), "gather_facts": lambda: facts()}
+        assert run_cell("01", "cell-07", namespace).startswith(start)
+
+
+@pytest.mark.parametrize("accelerator, cuda, mps, verdict", [
+    ("cuda", True, False, "torch.accelerator: cuda | classic: cuda | pick_device(): cuda | they agree"),
+    ("mps", False, True, "torch.accelerator: mps | classic: mps | pick_device(): mps | they agree"),
+    ("xpu", False, False, "torch.accelerator: xpu | classic: cpu | pick_device(): xpu | they DISAGREE"),
+    (None, False, False, "torch.accelerator: cpu | classic: cpu | pick_device(): cpu | they agree"),
+])
+def test_step_4_modern_and_classic_choice_on_each_machine(monkeypatch, accelerator, cuda, mps, verdict):
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: accelerator is not None)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator",
+                        lambda *args: torch.device(accelerator) if accelerator else None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    chosen = torch.device(accelerator or "cpu")
+    printed = run_cell("01", "cell-15", {**vars(nb), "device": chosen})
+    assert printed.strip() == verdict
+
+
+def test_going_deeper_b_on_a_cuda_gpu_copies_pageable_and_pinned_memory(monkeypatch):
+    copied = []
+
+    def pin_memory(tensor):  # stands in for Tensor.pin_memory(): a page-locked copy
+        pinned = tensor.clone()
+        pinned.is_pinned = lambda: True
+        return pinned
+
+    def copy_gbps(source, target_device):  # stands in for the Timer: pinned copies twice as fast
+        copied.append((source.is_pinned(), str(target_device)))
+        return 24.0 if source.is_pinned() else 12.0
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+    namespace = {**vars(nb), "device": torch.device("cuda"), "copy_gbps": copy_gbps, "COPY_MEGABYTES": 1}
+    printed = run_cell("01", "cell-21-run", namespace)
+    assert copied == [(False, "cuda"), (True, "cuda")]
+    assert namespace["copies"] == {"pageable host -> GPU": 12.0, "pinned host -> GPU": 24.0}
+    assert printed.strip() == "Pinned memory copies 2.0 times as fast as pageable memory."
+
+
+@pytest.mark.parametrize("device_type, row", [("mps", "host -> mps"),
+                                              ("cpu", "CPU RAM -> CPU RAM (stand-in, not a GPU copy)")])
+def test_going_deeper_b_on_a_mac_and_on_a_cpu(device_type, row):
+    copied = []
+    namespace = {**vars(nb), "device": torch.device(device_type), "COPY_MEGABYTES": 1,
+                 "copy_gbps": lambda source, target: copied.append(str(target)) or 5.0}
+    run_cell("01", "cell-21-run", namespace)
+    assert list(namespace["copies"]) == [row] and copied == [device_type]
+
+
+def test_show_findings_prints_commands_whole_and_wraps_the_rest(capsys):
+    command = "    /home/ada/a/very/long/path/" + "x" * 90 + "/python -m pip install torch"
+    nb.show_findings([{"status": "problem", "title": "T", "why": "w " * 60,
+                       "fix": "run these two lines:\n" + command}])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[PROBLEM] T"
+    assert lines[1].startswith("  Why: w w") and all(len(line) <= 100 for line in lines if line != command)
+    assert lines[-2] == "  Fix: run these two lines:" and lines[-1] == command  # never wrapped
+
+
+def test_run_tool_reports_what_a_failing_or_missing_tool_said(tmp_path):
+    assert nb.run_tool([sys.executable, "-c", "print('fine')"]) == ("fine\n", None)
+    assert nb.run_tool([sys.executable, "-c", "import sys; print('no GPU'); sys.exit(9)"]) == (None, "no GPU")
+    quiet, said = nb.run_tool([sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert quiet is None and "exit status 3" in said  # no output: the exit status
+    missing, said = nb.run_tool([str(tmp_path / "no-such-tool")])
+    assert missing is None and "no-such-tool" in said
+
+
+def test_user_groups_is_none_where_there_is_no_grp_module(monkeypatch):
+    monkeypatch.setitem(sys.modules, "grp", None)  # Windows: `import grp` raises ImportError
+    assert nb.user_groups() is None
+
+
+def test_read_nvidia_smi_without_nvidia_smi_is_none_and_says_so(monkeypatch):
+    monkeypatch.setattr(nb.shutil, "which", lambda name: None)
+    assert nb.read_nvidia_smi() is None
+    assert nb.smi_summary(None, "13.0").startswith("nvidia-smi is not installed")
+
+
+def test_synchronized_clock_waits_for_the_device_before_each_reading(monkeypatch):
+    waited = []
+    monkeypatch.setitem(nb.synchronized_clock.__globals__, "synchronize", waited.append)
+    clock = nb.synchronized_clock("cuda")
+    first, second = clock(), clock()
+    assert waited == ["cuda", "cuda"] and second >= first

@@ -7,6 +7,8 @@ steps that raise torch.OutOfMemoryError above a size, and the cross-device load 
 test_shared_setup.py.
 """
 import ast
+import contextlib
+import io
 import math
 import pickle
 import re
@@ -17,7 +19,7 @@ import pytest
 import torch
 from torch import nn
 
-from notebook_code import load_helpers, notebook_path, read
+from notebook_code import core_markdown, core_words, load_helpers, notebook_path, read, workshop_minutes
 
 
 @pytest.fixture(scope="module")
@@ -399,9 +401,60 @@ def test_search_story_labels_measured_and_simulated_results(nb, monkeypatch):
     assert simulated.startswith("SIMULATION") and "MEASURED" not in simulated
 
 
-def test_training_step_for_the_search_runs_forward_and_backward(nb):
+def step_model(step):
+    """The model inside a try_batch function made by make_training_step."""
+    return next(cell.cell_contents for cell in step.__closure__
+                if isinstance(cell.cell_contents, nn.Module))
+
+
+def test_training_step_for_the_search_runs_forward_and_backward_without_accumulating(nb, monkeypatch):
+    batches = []
+    real_randn = torch.randn
+
+    def same_batch_every_time(*shape, device=None, **kwargs):  # note what the step asks for
+        batches.append((shape, torch.device(device)))
+        return real_randn(*shape, generator=torch.Generator().manual_seed(1), **kwargs).to(device)
+
+    synchronized = []
+    monkeypatch.setitem(nb.make_training_step.__globals__, "synchronize", synchronized.append)
     step = nb.make_training_step(torch.device("cpu"), image_side=16)
-    step(2)  # must not raise: the same function runs on a CUDA GPU with 224x224 images
+    monkeypatch.setattr(torch, "randn", same_batch_every_time)
+    model = step_model(step)
+    before = [parameter.detach().clone() for parameter in model.parameters()]
+    step(3)
+    first = [parameter.grad.clone() for parameter in model.parameters()]
+    step(3)
+    second = [parameter.grad for parameter in model.parameters()]
+    assert batches == [((3, 3, 16, 16), torch.device("cpu"))] * 2  # the batch size asked for
+    assert synchronized == [torch.device("cpu")] * 2  # waits for the device: OOM surfaces in the step
+    assert all(g.abs().sum() > 0 for g in first)  # backward reached every parameter
+    assert all(torch.equal(a, b) for a, b in zip(first, second))  # zeroed, not accumulated
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # a probe: no update
+
+
+def test_training_step_for_the_search_keeps_model_and_batch_on_its_device(nb, monkeypatch):
+    # `meta` is a second device every install has: shapes and dtypes, no numbers.
+    monkeypatch.setitem(nb.make_training_step.__globals__, "synchronize", lambda device: None)
+    step = nb.make_training_step(torch.device("meta"), image_side=16)
+    step(4)
+    model = step_model(step)
+    assert {parameter.device.type for parameter in model.parameters()} == {"meta"}
+    assert {parameter.grad.device.type for parameter in model.parameters()} == {"meta"}
+
+
+def test_train_one_epoch_learns_on_its_device_and_returns_a_python_number(nb):
+    inputs, targets, _, _ = nb.make_regression_data(256, 3, torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    start = [parameter.detach().clone() for parameter in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = nb.OnDeviceBatches(inputs, targets, batch_size=32)
+    losses = [nb.train_one_epoch(model, batches, nn.MSELoss(), optimizer, torch.device("cpu"),
+                                 non_blocking=True) for _ in range(3)]
+    assert all(type(loss) is float for loss in losses)
+    assert losses[2] < losses[1] < losses[0]
+    assert all(not torch.equal(a, b) for a, b in zip(start, model.parameters()))
+    assert model.training and nb.model_device(model) == torch.device("cpu")
 
 
 def test_feeding_story_says_what_each_device_shows(nb):
@@ -456,3 +509,357 @@ def test_core_ends_in_the_summary_and_going_deeper_holds_the_rest():
     going_deeper = " ".join(names[deeper:exercises]).lower()
     for topic in ("architectures", "largest batch", "loading across devices works", "more than one gpu"):
         assert topic in going_deeper and topic not in core, topic
+
+
+# --- Issue 16: the real device-mismatch errors on a GPU, the `meta` stand-in without one ----------------
+
+def cell_source(cell_id):
+    """The source of notebook 02's cell `cell_id` (cell ids are kept by every edit)."""
+    [source] = [cell.source for cell in read(notebook_path("02")).cells if cell.get("id") == cell_id]
+    return source
+
+
+def run_cell(cell_id, namespace):
+    """Run one cell of notebook 02 in `namespace` (its helpers plus stand-ins); what it printed."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(cell_source(cell_id), namespace)
+    return printed.getvalue()
+
+
+# PyTorch's own messages on a CUDA GPU: aten/src/ATen/native/tensor_numpy.cpp and TensorIterator.cpp
+# (TensorIterator takes the first non-CPU device as the common one, so the order of the operands
+# does not change the message).
+CUDA_NUMPY_ERROR = ("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
+                    "tensor to host memory first.")
+CUDA_MISMATCH_ERROR = ("Expected all tensors to be on the same device, but found at least two devices, "
+                       "cuda:0 and cpu!")
+
+
+class StandInCudaTensor:
+    """A tensor on cuda:0, as far as the cells of Steps 1 and 2 use one, failing as the real one does."""
+    device = torch.device("cuda", 0)
+
+    def numpy(self):
+        raise TypeError(CUDA_NUMPY_ERROR)
+
+    def __add__(self, other):
+        raise RuntimeError(CUDA_MISMATCH_ERROR)
+
+    __radd__ = __add__
+
+
+class TorchWithAStandInGpu:
+    """`torch` for a cell, except that torch.ones(..., device=<a CUDA device>) gives a stand-in."""
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def ones(self, *size, device=None, **kwargs):
+        if device is not None and torch.device(device).type == "cuda":
+            return StandInCudaTensor()
+        return torch.ones(*size, device=device, **kwargs)
+
+
+@pytest.mark.parametrize("device, other", [("cpu", "meta"), ("cuda", "cuda"), ("cuda:1", "cuda:1"),
+                                           ("mps", "mps"), ("xpu", "xpu")])
+def test_not_the_cpu_is_the_gpu_itself_and_meta_only_without_one(nb, device, other):
+    assert nb.not_the_cpu(torch.device(device)) == torch.device(other)
+
+
+def test_on_a_cuda_gpu_the_numpy_and_mismatch_cells_raise_the_real_errors(nb):
+    namespace = {**vars(nb), "device": torch.device("cuda", 0), "torch": TorchWithAStandInGpu()}
+    printed = run_cell("cell-15", namespace)
+    assert namespace["elsewhere"] == torch.device("cuda", 0)
+    assert printed.splitlines() == ["elsewhere: cuda:0 ", f"TypeError: {CUDA_NUMPY_ERROR}"]
+    printed = run_cell("cell-17", namespace)
+    assert printed.strip() == f"RuntimeError: {CUDA_MISMATCH_ERROR}"
+    assert "meta" not in printed
+
+
+def test_without_a_gpu_the_same_cells_use_the_named_meta_stand_in(nb):
+    namespace = {**vars(nb), "device": torch.device("cpu")}
+    printed = run_cell("cell-15", namespace)
+    assert printed.startswith("elsewhere: meta (the stand-in: no GPU)")
+    assert "can't convert meta device type tensor to numpy" in printed
+    printed = run_cell("cell-17", namespace)
+    assert printed.startswith("RuntimeError: ") and "meta" in printed and "cpu" in printed
+
+
+def test_the_core_mixes_devices_through_not_the_cpu_only():
+    """No cell of the core names `meta` itself: on a GPU every mismatch is the real one."""
+    notebook = read(notebook_path("02"))
+    summary = next(i for i, cell in enumerate(notebook.cells)
+                   if cell.cell_type == "markdown" and "## Summary" in cell.source)
+    for cell in notebook.cells[:summary]:
+        if cell.cell_type == "code" and not cell.source.startswith("#@title"):
+            assert not re.search(r'(device=|\.to\()\s*"meta"', cell.source), cell.source
+
+
+# --- Issue 16: Step 1 times making on the CPU, the copy, and making on the device as three rows -------
+
+def test_step_1_times_the_cpu_work_the_copy_and_the_device_separately(nb, monkeypatch):
+    # `meta` stands in for the GPU: a copy to it and creation on it are real, and need no GPU.
+    real_randn, made = torch.randn, []
+
+    def counting_randn(*shape, **kwargs):
+        made.append(torch.device(kwargs.get("device") or "cpu"))
+        return real_randn(*shape, **kwargs)
+
+    timed = []
+
+    def time_it(run, device, repeats=3, warmup=1):  # stands in for the shared cell's timer
+        made.clear()
+        result = run()
+        timed.append((list(made), result.device, repeats))
+        return 0.001 * len(timed)
+
+    monkeypatch.setattr(torch, "randn", counting_randn)
+    namespace = {**vars(nb), "device": torch.device("meta"), "FAST": True, "time_it": time_it}
+    printed = run_cell("cell-07", namespace)
+    meta, cpu = torch.device("meta"), torch.device("cpu")
+    assert timed == [([cpu], cpu, 5),  # the CPU makes the numbers
+                     ([], meta, 5),  # the copy alone: nothing is generated
+                     ([meta], meta, 5)]  # made on the device
+    assert list(namespace["creation_ms"].values()) == [1.0, 2.0, 3.0]
+    assert "1.00 ms to make 1 MiB of random numbers plus 2.00 ms to copy them to meta" in " ".join(
+        printed.split())
+
+
+@pytest.mark.parametrize("on_cpu, copy, larger", [(2.0, 1.0, "making the numbers on the CPU"),
+                                                   (1.0, 1.0, "the copy"), (1.0, 2.0, "the copy")])
+def test_creation_story_names_the_larger_part_of_the_detour(nb, on_cpu, copy, larger):
+    ms = {"make on the CPU": on_cpu, "copy": copy, "make on the device": 0.25}
+    story = " ".join(nb.creation_story(ms, 16, torch.device("cuda")).split())
+    assert f"{on_cpu:.2f} ms to make 16 MiB of random numbers plus {copy:.2f} ms to copy them" in story
+    assert f"{on_cpu + copy:.2f} ms in all" in story and "directly: 0.25 ms" in story
+    assert story.endswith(f"The larger part of the detour is {larger}.")
+
+
+def test_creation_story_on_the_cpu_says_nothing_is_copied(nb):
+    story = " ".join(nb.creation_story({"a": 1.0, "b": 0.001, "c": 1.1}, 16, torch.device("cpu")).split())
+    assert story.startswith("device is the CPU: .to(device) copies nothing")
+    assert "detour" not in story
+
+
+# --- Issue 17: the figure of where a tensor lives -------------------------------------------------------
+
+@pytest.mark.parametrize("device, says", [("cpu", "device is cpu: no separate GPU memory"),
+                                          ("cuda", "device is cuda: the right box is its memory"),
+                                          ("mps", "device is mps: its copies work differently")])
+def test_the_figure_draws_pageable_pinned_and_gpu_memory_and_the_copies(nb, device, says):
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+    figure = nb.draw_where_tensors_live(torch.device(device))
+    try:
+        [axes] = figure.axes
+        words = " ".join(" ".join(text.get_text() for text in axes.texts).split())
+        for shown in ("CPU memory (RAM): the host", "GPU memory: the device", "pageable memory",
+                      "pinned (page-locked) memory", "DataLoader(pin_memory=True)", "PCIe bus",
+                      ".to(device, non_blocking=True)", "the CPU waits", "the CPU goes on", ".cpu()",
+                      "torch.randn(..., device=device)"):
+            assert shown in words, shown
+        assert says in axes.get_title() and axes.get_title().startswith("Where a tensor lives")
+        assert sum(isinstance(patch, FancyBboxPatch) for patch in axes.patches) == 6
+        assert sum(isinstance(patch, FancyArrowPatch) for patch in axes.patches) == 3
+    finally:
+        plt.close(figure)
+
+
+# --- Issue 21: the `device.type == "cuda"` cells, run with stand-ins shaped like torch.cuda ------------
+
+def test_step_5_memory_cell_on_a_cuda_gpu(nb, monkeypatch):
+    FakeCachingAllocator(live_mib=10, cached_mib=30).install(monkeypatch)
+    shown = []
+    printed = run_cell("cell-39c", {**vars(nb), "device": torch.device("cuda"), "display": shown.append})
+    [table] = shown
+    assert table["allocated_MiB"].tolist() == [10, 266, 10, 10]
+    assert "Allocating rose allocated_MiB by 256.0" in " ".join(printed.split())
+
+
+def test_step_5_memory_cell_without_cuda_makes_no_numbers_up(nb, monkeypatch):
+    def no_counters(*args, **kwargs):
+        raise AssertionError("a CUDA memory counter was read without CUDA")
+    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "mem_get_info"):
+        monkeypatch.setattr(torch.cuda, name, no_counters)
+    for device in ("cpu", "mps"):
+        printed = run_cell("cell-39c", {**vars(nb), "device": torch.device(device), "display": print})
+        assert printed.startswith(f"Skipped: device is {device}, not a CUDA GPU.")
+
+
+# The real message of CUDA's caching allocator (c10/cuda/CUDACachingAllocator.cpp), for a T4.
+T4_OUT_OF_MEMORY = ("CUDA out of memory. Tried to allocate 1.53 GiB. GPU 0 has a total capacity of 14.74 GiB "
+                    "of which 1.02 GiB is free. Of the allocated memory 12.10 GiB is allocated by PyTorch, "
+                    "and 1.43 GiB is reserved by PyTorch but unallocated.")
+
+
+def test_going_deeper_b_searches_for_real_on_a_cuda_gpu(nb, monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append("reset"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 14100 * 2**20)
+
+    def make_training_step(device):  # stands in for the conv net's real step on the T4
+        calls.append(("make_training_step", device))
+
+        def try_batch(batch_size):
+            calls.append(batch_size)
+            if batch_size > 700:
+                raise torch.OutOfMemoryError(T4_OUT_OF_MEMORY)
+        return try_batch
+
+    shown = []
+    namespace = {**vars(nb), "device": torch.device("cuda"), "make_training_step": make_training_step,
+                 "display": shown.append}
+    printed = " ".join(run_cell("cell-43c", namespace).split())
+    assert calls[:2] == ["reset", ("make_training_step", torch.device("cuda"))]  # peak counted afresh
+    tries = [call for call in calls if isinstance(call, int)]
+    failures = [size for size in tries if size > 700]
+    assert calls.count("empty_cache") == len(failures) > 0  # the cache is emptied after each failure
+    assert printed.startswith("MEASURED on Tesla T4: the largest batch that fits is 700 images.")
+    assert "Peak allocated: 14,100 MiB" in printed and f"It took {len(tries)} tries" in printed
+    assert namespace["largest"] == 700 and "SIMULATION" not in printed
+
+
+def test_going_deeper_b_simulates_without_cuda(nb, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: pytest.fail("no CUDA"))
+    namespace = {**vars(nb), "device": torch.device("cpu")}
+    printed = run_cell("cell-43c", namespace)
+    assert printed.startswith("SIMULATION") and namespace["largest"] == 300
+
+
+@pytest.mark.parametrize("cuda_available, start", [
+    (True, "CUDA is available, so a checkpoint saved on cuda:0 loads"),
+    (False, "RuntimeError: Attempting to deserialize object on a CUDA device")])
+def test_going_deeper_c_loading_a_gpu_checkpoint_with_and_without_cuda(nb, monkeypatch, cuda_available,
+                                                                       start):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda_available)
+    assert run_cell("cell-48f", dict(vars(nb))).startswith(start)
+
+
+def test_going_deeper_d_lists_each_gpu_this_process_can_use(nb, monkeypatch):
+    monkeypatch.setattr(torch.accelerator, "device_count", lambda: 2)  # Kaggle's T4 x2
+    printed = run_cell("cell-49", {**vars(nb), "device": torch.device("cuda")})
+    assert ("2 accelerator(s) this process can use: [device(type='cuda', index=0), "
+            "device(type='cuda', index=1)]") in printed
+    monkeypatch.setattr(torch.accelerator, "device_count", lambda: 1)  # a Mac: one mps device
+    printed = run_cell("cell-49", {**vars(nb), "device": torch.device("mps")})
+    assert "1 accelerator(s) this process can use: [device(type='mps', index=0)]" in printed
+    printed = run_cell("cell-49", {**vars(nb), "device": torch.device("cpu")})
+    assert "0 accelerator(s) this process can use: CPU only" in printed
+
+
+def test_going_deeper_a_times_a_cpu_copy_of_each_model_off_the_cpu(nb, monkeypatch):
+    timed = []
+
+    def forward_seconds(model, inputs, device):  # stands in for the timed forward pass
+        timed.append((next(model.parameters()).device.type, inputs.device.type, device.type))
+        return 0.002 if device.type == "cuda" else 0.010
+
+    monkeypatch.setitem(nb.tour_row.__globals__, "forward_seconds", forward_seconds)
+    model, inputs = nn.Linear(4, 2), torch.randn(3, 4)
+    row = nb.tour_row("linear", model, inputs, model(inputs), torch.device("cuda"))
+    assert row["cuda_forward_ms"] == 2.0 and row["cpu_forward_ms"] == 10.0
+    assert timed == [("cpu", "cpu", "cuda"), ("cpu", "cpu", "cpu")]
+    assert row["params"] == 10 and row["output_shape"] == (3, 2)
+    timed.clear()
+    on_cpu = nb.tour_row("linear", model, inputs, model(inputs), torch.device("cpu"))
+    assert [key for key in on_cpu if key.endswith("_forward_ms")] == ["cpu_forward_ms"]
+    assert timed == [("cpu", "cpu", "cpu")]  # timed once: no second copy on the CPU
+
+
+# --- Issue 21: every condition of the helpers on both sides ----------------------------------------------
+
+def test_readable_keeps_at_most_four_decimals_and_no_fewer_than_zero(nb):
+    shown = nb.readable(pd.DataFrame({"tiny": [0.0000123, 1.0], "big": [123456.7, 7.5]}))
+    assert shown["tiny"].tolist() == [0.0, 1.0]  # 4 decimals at most
+    assert shown["big"].tolist() == [123456.7, 7.5]  # the smallest, 7.5, asks for 2 decimals
+
+
+def test_feeding_story_without_a_moved_run_or_cnn_rows(nb):
+    runs = pd.DataFrame({"run": ["regression, data on device, DataLoader",
+                                 "regression, data on device, sliced batches"],
+                         "first_loss": [8.0, 8.0], "last_loss": [0.5, 0.5], "ms_per_epoch": [40.0, 10.0]})
+    story = " ".join(nb.feeding_story(runs, torch.device("cuda")).split())
+    assert "DataLoader took 4.0x" in story
+    assert "Moving each batch" not in story and "nothing is copied" not in story and "CNN" not in story
+
+
+def test_on_device_batches_keep_the_order_without_shuffle(nb):
+    batches = nb.OnDeviceBatches(torch.arange(5.0), torch.arange(5), batch_size=2, shuffle=False)
+    assert [targets.tolist() for _, targets in batches] == [[0, 1], [2, 3], [4]]
+
+
+def test_largest_batch_when_the_first_size_is_the_cap(nb):
+    largest, attempts = nb.largest_batch_that_fits(step_that_fits_up_to(10), torch.device("cpu"),
+                                                   start=8, max_batch=8)
+    assert largest == 8 and attempts == [(8, True)]
+
+
+@pytest.mark.parametrize("device_type, words", [("cuda", "an NVIDIA GPU"), ("mps", "Apple Silicon"),
+                                                ("cpu", "the CPU: PyTorch found no GPU")])
+def test_device_kinds_in_plain_words(nb, device_type, words):
+    assert words in nb.DEVICE_KINDS[device_type] and "xpu" not in nb.DEVICE_KINDS
+
+
+# --- Issue 17: a core that fits a workshop slot, its words linked to README's glossary ----------------
+
+GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(\.\./README\.md#glossary\)")
+
+
+def core_prose():
+    """The core's markdown without its headings, on one line."""
+    core = core_markdown(read(notebook_path("02")))
+    return " ".join(" ".join(line for line in core.splitlines() if not line.startswith("#")).split())
+
+
+def test_core_fits_a_workshop_slot_and_the_title_table_says_how_long():
+    notebook = read(notebook_path("02"))
+    assert core_words(notebook) <= 2000
+    minutes = workshop_minutes(notebook)
+    assert minutes and all(0 < estimate <= 60 for estimate in minutes)
+
+
+@pytest.mark.parametrize("term", [r"\btensors?\b", r"\bdevices?\b", r"\bbatch(es)?\b", r"\bepochs?\b",
+                                  r"\bpinned\b", r"\bmps\b", r"\bROCm\b", r"\bdrivers?\b"])
+def test_first_use_of_each_glossary_word_in_the_core_links_to_the_glossary(term):
+    text = core_prose()
+    first = re.search(term, text, re.IGNORECASE)
+    assert first and any(link.start(1) <= first.start() < link.end(1)
+                         for link in GLOSSARY_LINK.finditer(text)), text[first.start() - 80:first.end()]
+
+
+def test_kernel_always_says_which_kernel():
+    for text in notebook_text("markdown"):
+        text = " ".join(text.replace("[", "").split())
+        for found in re.finditer(r"\bkernels?\b", text, re.IGNORECASE):
+            assert text[:found.start()].endswith(("Jupyter ", "GPU ")), text[found.start() - 60:found.end()]
+
+
+def test_forward_seconds_times_an_eval_forward_pass_without_gradients(nb, monkeypatch):
+    seen = []
+
+    def time_it(run, device, repeats=3, warmup=1):
+        output = run()
+        seen.append((output.requires_grad, device, repeats))
+        return 0.004
+
+    monkeypatch.setitem(nb.forward_seconds.__globals__, "time_it", time_it)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    assert nb.forward_seconds(model, torch.randn(2, 4), torch.device("cpu")) == 0.004
+    assert not model.training and seen == [(False, torch.device("cpu"), 5)]
+
+
+def test_new_regression_model_starts_from_the_same_weights_on_its_device(nb):
+    first, second = nb.new_regression_model(torch.device("cpu")), nb.new_regression_model("meta")
+    assert torch.equal(first.weight, nb.new_regression_model(torch.device("cpu")).weight)
+    assert (first.in_features, first.out_features) == (10, 1) and second.weight.device.type == "meta"
+
+
+@pytest.mark.parametrize("size", [32, 64])
+def test_small_cnn_classifies_images_of_its_size_into_four_classes(nb, size):
+    model = nb.SmallCNN(size=size)
+    assert model(torch.randn(5, 3, size, size)).shape == (5, 4)
+    assert torch.equal(nb.new_cnn(torch.device("cpu")).classifier[1].weight,
+                       nb.new_cnn(torch.device("cpu")).classifier[1].weight)  # the same start

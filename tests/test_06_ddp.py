@@ -4,16 +4,26 @@ the cost model, and the promise that no launch leaves a process or a port behind
 The last tests launch torchrun for real (on the CPU, over gloo), as the notebook does.
 """
 import ast
+import datetime
+import importlib.util
+import inspect
 import json
+import math
 import os
+import re
 import socket
 import subprocess
 import sys
+import types
+from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed.run
+from torch.nn.parallel import DistributedDataParallel
 
-from notebook_code import load_helpers
+from notebook_code import (REPO, code_cells, core_markdown, core_words, load_helpers, notebook_path,
+                           read, workshop_minutes)
 
 nb = load_helpers("06")
 SCRIPT_PARTS = [nb.SCRIPT_START, nb.SCRIPT_GROUP, nb.SCRIPT_MODEL, nb.SCRIPT_STEPS, nb.SCRIPT_SPEED,
@@ -34,12 +44,10 @@ def function_source(name):
 
 def test_the_script_is_valid_python_with_the_parts_of_a_ddp_script():
     compile(SCRIPT_TEXT, "06_train_ddp.py", "exec")
-    group = function_source("start_process_group")
-    assert '"nccl" if use_gpu else "gloo"' in group and 'os.environ["LOCAL_RANK"]' in group
-    assert "timeout=timeout" in group  # a silent peer becomes an error, not a hang
     main = function_source("main")
     assert "DistributedSampler(train_set" in main and "sampler.set_epoch(epoch)" in main
-    assert "DistributedDataParallel(model" in main
+    assert "start_process_group(args.cpu, args.timeout_s)" in main
+    assert "model = wrap_in_ddp(model, device)" in main
     assert "if rank == 0 and args.checkpoint" in main  # the checkpoint is saved once
     assert "dist.all_reduce(counts" in function_source("evaluate")  # the metric covers all processes
     assert "@record" in SCRIPT_TEXT.split("def main")[0].splitlines()[-1]
@@ -84,6 +92,96 @@ def test_leave_process_group_exits_at_once_on_gloo_only(backend, skip_barrier, c
     assert done == calls
 
 
+# The script's GPU path, run with stand-ins (there is no GPU here). Each stand-in has the shape of
+# the real API: torch.cuda.device_count() returns an int, torch.cuda.set_device(device) and
+# dist.init_process_group(backend, ...) return None, DistributedDataParallel(module, device_ids=...)
+# is a module; every recorded call is also bound to the real function's signature.
+
+
+class CudaStandIn:
+    """torch.cuda as the script uses it, on a machine with `count` GPUs."""
+
+    def __init__(self, count):
+        self.count, self.set_device_calls = count, []
+
+    def device_count(self):
+        return self.count
+
+    def set_device(self, device):
+        inspect.signature(torch.cuda.set_device).bind(device)
+        self.set_device_calls.append(device)
+
+
+class DistStandIn:
+    """torch.distributed's init_process_group: records its arguments, returns None."""
+
+    def __init__(self):
+        self.init_calls = []
+
+    def init_process_group(self, *args, **kwargs):
+        inspect.signature(torch.distributed.init_process_group).bind(*args, **kwargs)
+        self.init_calls.append(inspect.signature(torch.distributed.init_process_group)
+                               .bind(*args, **kwargs).arguments)
+
+
+def start_group_with_stand_ins(gpu_count, local_rank, cpu_only, timeout_s=120):
+    """Run the script's start_process_group as torchrun's process `local_rank` would."""
+    cuda, dist = CudaStandIn(gpu_count), DistStandIn()
+    namespace = {"torch": types.SimpleNamespace(device=torch.device, cuda=cuda), "dist": dist,
+                 "os": types.SimpleNamespace(environ={"LOCAL_RANK": str(local_rank)}),
+                 "datetime": datetime}
+    exec(function_source("choose_device") + "\n" + function_source("start_process_group"), namespace)
+    device = namespace["start_process_group"](cpu_only, timeout_s)
+    return device, cuda, dist
+
+
+@pytest.mark.parametrize("local_rank", [0, 1])
+def test_on_two_gpus_each_process_takes_the_gpu_of_its_local_rank_over_nccl(local_rank):
+    device, cuda, dist = start_group_with_stand_ins(2, local_rank, cpu_only=False, timeout_s=120)
+    assert device == torch.device("cuda", local_rank)
+    assert cuda.set_device_calls == [torch.device("cuda", local_rank)]
+    [call] = dist.init_calls
+    assert call["backend"] == "nccl" and call["device_id"] == torch.device("cuda", local_rank)
+    assert call["timeout"] == datetime.timedelta(seconds=120)
+
+
+@pytest.mark.parametrize("gpu_count, cpu_only", [(0, False), (2, True)])
+def test_without_a_gpu_or_with_cpu_the_process_uses_the_cpu_over_gloo(gpu_count, cpu_only):
+    device, cuda, dist = start_group_with_stand_ins(gpu_count, 1, cpu_only)
+    assert device == torch.device("cpu") and cuda.set_device_calls == []
+    [call] = dist.init_calls
+    assert call["backend"] == "gloo" and call["device_id"] is None
+
+
+def test_choose_device_at_its_edges():
+    namespace = {"torch": torch}
+    exec(function_source("choose_device"), namespace)
+    choose = namespace["choose_device"]
+    assert choose(False, 1, 0) == (torch.device("cuda", 0), "nccl")  # one GPU, one process
+    assert choose(False, 0, 0) == (torch.device("cpu"), "gloo")
+    assert choose(True, 1, 0) == (torch.device("cpu"), "gloo")
+    assert choose(False, 2, 1) == (torch.device("cuda", 1), "nccl")  # the last GPU
+    with pytest.raises(RuntimeError, match="no GPU of its own"):
+        choose(False, 2, 2)  # one process more than GPUs: NCCL would refuse a shared GPU
+
+
+@pytest.mark.parametrize("device, device_ids", [(torch.device("cuda", 1), [1]),
+                                                (torch.device("cpu"), None)])
+def test_wrap_in_ddp_names_the_process_gpu_and_none_on_the_cpu(device, device_ids):
+    made = []
+
+    def ddp_stand_in(module, *args, **kwargs):
+        inspect.signature(DistributedDataParallel).bind(module, *args, **kwargs)
+        made.append(kwargs)
+        return module
+
+    namespace = {"DistributedDataParallel": ddp_stand_in}
+    exec(function_source("wrap_in_ddp"), namespace)
+    model = torch.nn.Linear(2, 2)
+    assert namespace["wrap_in_ddp"](model, device) is model
+    assert made == [{"device_ids": device_ids}]  # DDP's docs: one GPU id, or None for a CPU module
+
+
 def test_write_script_writes_the_parts_in_order(tmp_path):
     path = nb.write_script(tmp_path / "train.py", ["a = 1\n", "b = a + 1\n"])
     assert path.read_text() == "a = 1\nb = a + 1\n"
@@ -120,6 +218,13 @@ def test_a_two_node_command_uses_a_c10d_rendezvous(tmp_path):
     assert "--tee=3" not in command  # no log folder asked for
 
 
+def test_one_node_with_an_endpoint_meets_at_it_instead_of_standalone():
+    command = nb.torchrun_command("s.py", 2, nnodes=1, endpoint="127.0.0.1:29400")
+    args = torch.distributed.run.parse_args(command[3:])
+    assert not args.standalone and args.rdzv_endpoint == "127.0.0.1:29400" and args.nnodes == "1"
+    assert args.rdzv_conf == ""  # no --rdzv-conf unless asked
+
+
 def test_the_exit_barrier_option_is_passed_only_when_asked():
     assert not any("exit-barrier" in part for part in nb.torchrun_command("s.py", 2))
     command = nb.torchrun_command("s.py", 1, nnodes=2, endpoint="h:1", exit_barrier_timeout_s=30)
@@ -142,7 +247,24 @@ def test_launch_plan_one_process_per_gpu_or_two_on_the_cpu(gpus, cores, expected
     plan = nb.launch_plan(gpus, cores)
     assert (plan["nproc"], plan["backend"], "--cpu" in plan["script_args"]) == (expected_nproc, backend, cpu_flag)
     assert plan["threads"] >= 1 and plan["threads"] * plan["nproc"] <= max(cores, plan["nproc"])
-    assert "MPS" in nb.launch_plan(0, 8, "mps")["why"]
+
+
+def test_launch_plan_says_what_runs_on_0_1_and_2_gpus_and_why():
+    none, one, two = (nb.launch_plan(gpus, 8)["why"] for gpus in (0, 1, 2))
+    assert none.startswith("No CUDA GPU") and "gloo" in none
+    # One GPU (Colab's T4): the printout says what runs, that the GPU is idle, and why.
+    assert "Colab's T4" in one and "2 processes on the CPU over gloo" in one
+    assert "GPU stays idle" in one and "NCCL refuses two processes on one GPU" in one
+    assert two.startswith("2 CUDA GPUs: one process per GPU") and "NCCL" in two
+    assert "MPS" in nb.launch_plan(0, 8, "mps")["why"] and "MPS" not in none
+    assert "MPS" not in nb.launch_plan(1, 8, "mps")["why"]  # a CUDA GPU comes first
+
+
+@pytest.mark.parametrize("gpus, cores, threads", [
+    (0, 1, 1), (0, 2, 1), (0, 3, 1), (0, 4, 2), (1, 4, 2),  # the CPU: half the cores each, at least 1
+    (2, 1, 1), (2, 2, 1), (2, 3, 1), (2, 4, 2), (4, 8, 2)])  # GPUs: the cores shared out, at least 1
+def test_launch_plan_threads_at_their_edges(gpus, cores, threads):
+    assert nb.launch_plan(gpus, cores)["threads"] == threads
 
 
 def test_launch_env_sets_threads_and_keeps_the_rest(monkeypatch):
@@ -178,6 +300,29 @@ def test_different_or_missing_checksums_do_not_agree():
     results = nb.parse_results([(0, result_line(0, "abc")), (0, result_line(1, "abd"))])
     assert not nb.checksums_agree(results) and "2 different" in nb.describe_checksums(results, "x")
     assert not nb.checksums_agree([]) and "no process" in nb.describe_checksums([], "x")
+
+
+def test_a_loaded_checkpoint_is_compared_with_rank_0s_checksum(tmp_path):
+    namespace = {}
+    exec("import hashlib\nfrom torch import nn\n" + function_source("make_model") + "\n"
+         + function_source("checksum"), namespace)
+    torch.manual_seed(0)
+    model = namespace["make_model"](4)
+    reported = [{"rank": 0, "checksum": namespace["checksum"](model)}, {"rank": 1, "checksum": "x"}]
+    torch.save(model.state_dict(), tmp_path / "weights.pt")  # what the script's rank 0 does
+    state = torch.load(tmp_path / "weights.pt", map_location="cpu", weights_only=True)
+    assert nb.weights_checksum(state.values()) == reported[0]["checksum"]  # the script's fingerprint
+    assert "bit for bit the trained weights" in nb.describe_checkpoint(state, reported)
+    with torch.no_grad():
+        next(iter(state.values()))[0, 0] += 1.0  # one weight changed
+    assert "differs from rank 0's" in nb.describe_checkpoint(state, reported)
+    assert "no process reported" in nb.describe_checkpoint(state, [])
+
+
+def test_the_notebook_loads_the_checkpoint_onto_the_cpu_with_map_location():
+    loads = [source for source in code_cells(read(notebook_path("06"))) if "torch.load(" in source]
+    assert loads and all('map_location="cpu"' in source and "weights_only=True" in source
+                         for source in loads)
 
 
 def write_error_file(folder, local_rank, message, timestamp):
@@ -216,6 +361,23 @@ def test_first_failure_skips_an_error_file_cut_off_by_a_stopped_process(tmp_path
     assert "Parent directory" in nb.first_failure(tmp_path)["error"]
 
 
+def test_first_failure_reads_a_message_written_as_plain_text(tmp_path):
+    path = tmp_path / "attempt_0" / "3" / "error.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"message": "Signal 15 (SIGTERM) received by PID 42"}))
+    failure = nb.first_failure(tmp_path)
+    assert failure["local_rank"] == "3" and failure["error"].startswith("Signal 15")
+    assert failure["where"] is None  # no traceback through the script
+
+
+def test_script_frame_takes_the_last_frame_in_the_script():
+    traceback_text = ('  File "/d/06_train_ddp.py", line 200, in <module>\n    main()\n'
+                      '  File "/x/other.py", line 3, in run\n    go()\n'
+                      '  File "/d/06_train_ddp.py", line 176, in main')  # the last line of the text
+    assert nb.script_frame(traceback_text, "06_train_ddp.py") == "line 176, in main: "
+    assert nb.script_frame(traceback_text, "other_script.py") is None
+
+
 def test_key_error_lines_finds_each_exception_once():
     lines = ["Traceback (most recent call last):", '  File "<string>", line 1, in <module>',
              "AttributeError: Can't get attribute 'train' on <module '__main__' (built-in)>",
@@ -248,13 +410,58 @@ def test_predicted_samples_per_s_with_and_without_overlap():
     assert nb.predicted_samples_per_s(2, 128, 0.001, 0.004, overlap=True) == pytest.approx(256 / 0.004)
 
 
-def test_two_gpu_prediction_big_models_gain_small_models_lose():
-    link = nb.PCIE3_X16_BYTES_PER_S / 2
-    resnet = nb.two_gpu_prediction("resnet", 11_689_512, 2 * 1.81e9, 64, nb.T4_FLOAT32_FLOP_PER_S / 2, link)
-    disc = nb.two_gpu_prediction("disc", 703_142, 2 * 703_142, 128, nb.T4_FLOAT32_FLOP_PER_S / 2, link)
+def t4_prediction(name, weights, forward_flop, batch):
+    link, float32 = nb.PCIE3_X16_BYTES_PER_S / 2, nb.T4_FLOAT32_FLOP_PER_S / 2
+    return nb.two_gpu_prediction(name, weights, forward_flop, batch, float32, link)
+
+
+def disc_prediction(depth, batch):
+    """The notebook's prediction for its disc network: 2 forward FLOPs per weight and sample."""
+    return t4_prediction(f"disc {depth}", nb.disc_weights(depth), 2 * nb.disc_weights(depth), batch)
+
+
+def test_disc_weights_counts_the_weights_of_the_script_network():
+    namespace = {}
+    exec("import math\nfrom torch import nn\nfrom torch.utils.data import TensorDataset\n"
+         + function_source("make_model"), namespace)
+    for depth in (2, 8, 10):
+        model = namespace["make_model"](depth)
+        assert nb.disc_weights(depth) == sum(p.numel() for p in model.parameters())
+    assert (nb.disc_weights(8), nb.disc_weights(10)) == (44_710, 703_142)  # the comment on DEPTH
+
+
+def test_a_deeper_disc_network_gets_the_same_prediction():
+    # Issue 16: computation (6 FLOPs per weight and sample) and gradients (4 bytes per weight) both
+    # grow with the weights, so depth 12 cannot get "closer to 2" than depth 10.
+    depth10, depth12 = disc_prediction(10, 128), disc_prediction(12, 128)
+    assert nb.disc_weights(12) > 15 * nb.disc_weights(10)  # 16 times the weights ...
+    assert depth12["allreduce_ms"] > 15 * depth10["allreduce_ms"]
+    for key in ("flop_per_gradient_byte", "speedup_no_overlap", "speedup_full_overlap"):
+        assert depth12[key] == pytest.approx(depth10[key], rel=1e-9)  # ... and the same speed-up
+    assert depth10["speedup_full_overlap"] < 1  # slower on two GPUs than on one, at any depth
+    assert depth10["flop_per_gradient_byte"] == pytest.approx(1.5 * 128)  # 6 FLOPs / 4 bytes
+
+
+def test_a_bigger_batch_moves_the_prediction():
+    small, large = disc_prediction(10, 128), disc_prediction(10, 2048)
+    assert large["flop_per_gradient_byte"] == pytest.approx(16 * small["flop_per_gradient_byte"])
+    assert large["allreduce_ms"] == pytest.approx(small["allreduce_ms"])  # the same gradients
+    assert large["speedup_no_overlap"] > 1.5 > 1 > small["speedup_full_overlap"]
+
+
+def test_resnet18_computes_about_150_times_more_per_weight_and_sample_and_gains():
+    per_weight = nb.RESNET18_FORWARD_FLOP / nb.RESNET18_WEIGHTS
+    assert 140 < per_weight / 2 < 170  # the disc network: 2 forward FLOPs per weight and sample
+    resnet = t4_prediction("resnet", nb.RESNET18_WEIGHTS, nb.RESNET18_FORWARD_FLOP, 64)
     assert 1.8 < resnet["speedup_no_overlap"] <= resnet["speedup_full_overlap"] <= 2.0
-    assert disc["speedup_no_overlap"] < disc["speedup_full_overlap"] < 1.0
-    assert resnet["allreduce_ms"] == pytest.approx(4 * 11_689_512 / link * 1000)
+    assert resnet["allreduce_ms"] == pytest.approx(4 * nb.RESNET18_WEIGHTS / (nb.PCIE3_X16_BYTES_PER_S / 2) * 1000)
+
+
+def test_the_prose_names_the_lever_not_the_size():
+    markdown = " ".join(cell.source for cell in read(notebook_path("06")).cells if cell.cell_type == "markdown")
+    text = " ".join(markdown.split())
+    assert "closer to 2" not in text and "computation per byte of gradient" in text
+    assert "computes almost nothing" not in text and "tiny network" not in text
 
 
 def speed_run(processes, threads, samples_per_s, step_ms, compute_ms, allreduce_ms):
@@ -273,7 +480,20 @@ def speed_table(solo, many):
 def test_speed_row_splits_the_step_into_compute_allreduce_and_rest():
     row = nb.speed_row("2 processes", speed_run(2, 1, 18000, 14.0, 8.0, 3.0))
     assert row["rest_ms"] == pytest.approx(3.0) and row["threads_each"] == 1
-    assert nb.speed_row("broken", {"output": [(0, "no result")]})["samples_per_s"] != 18000
+    assert (row["processes"], row["samples_per_s"], row["device"]) == (2, 18000, "cpu")
+    # The rest is never negative: the pieces, measured apart, can add up to more than the step.
+    assert nb.speed_row("x", speed_run(2, 1, 18000, 11.0, 8.0, 3.0))["rest_ms"] == 0.0
+    assert nb.speed_row("x", speed_run(2, 1, 18000, 10.0, 8.0, 3.0))["rest_ms"] == 0.0
+
+
+def test_speed_row_of_a_run_without_a_speed_is_nan_and_says_so():
+    untimed = {"output": [(0, result_line(0, "abc"))]}  # a RESULT without --timing-steps
+    for run in ({"output": [(0, "no result")]}, untimed):
+        row = nb.speed_row("broken", run)
+        assert row == {"run": "broken", "samples_per_s": row["samples_per_s"]}
+        assert math.isnan(row["samples_per_s"])
+    table = speed_table({"output": []}, speed_run(2, 1, 18000, 14.0, 8.0, 3.0))
+    assert nb.explain_speedup(table, "gloo", 2).startswith("A timed run did not report its speed")
 
 
 def test_explain_speedup_reads_the_table_honestly():
@@ -285,6 +505,24 @@ def test_explain_speedup_reads_the_table_honestly():
     assert "ideal with 2 GPUs" in nb.explain_speedup(gpus, "nccl", 8)
 
 
+def ratio_table(ratio_per_mille, processes=2):
+    """A speed table whose second run trained `ratio_per_mille` / 1000 times as many samples per second."""
+    return speed_table(speed_run(1, 2, 1000.0, 10, 10, 0),
+                       speed_run(processes, 1, float(ratio_per_mille), 10, 8, 1))
+
+
+@pytest.mark.parametrize("per_mille, backend, expected", [
+    (2200, "nccl", "ideal with 2 GPUs"), (2201, "nccl", "quiet machine"),  # 1.1 x 2 processes
+    (2200, "gloo", "used the cores better"), (2201, "gloo", "quiet machine"),
+    (1051, "gloo", "used the cores better"), (1050, "gloo", "neither way wins"),  # 1.05
+    (950, "gloo", "neither way wins"), (949, "gloo", "came on top"),  # 0.95
+    (500, "nccl", "ideal with 2 GPUs")])
+def test_explain_speedup_at_each_edge(per_mille, backend, expected):
+    text = nb.explain_speedup(ratio_table(per_mille), backend, 2)
+    assert expected in text
+    assert f"{per_mille / 1000:.2f} times as many samples per second" in text
+
+
 def test_describe_ending_says_who_was_stopped():
     stopped = {"returncodes": [1, -15], "ended_s": [20.0, 31.0], "seconds": 31.0,
                "stopped": "one was still running 10 s after another had ended"}
@@ -293,6 +531,10 @@ def test_describe_ending_says_who_was_stopped():
     assert "node1's launcher stopped by the notebook" in text and "exit barrier" in text
     ended = {"returncodes": [1, 1], "ended_s": [20.0, 21.0], "seconds": 21.0, "stopped": None}
     assert "none waited" in nb.describe_ending(ended)
+    ok = {"returncodes": [0, -1], "ended_s": [3.0, None], "seconds": 9.0, "stopped": None}
+    lines = nb.describe_ending(ok).splitlines()
+    assert lines[0] == "node0's launcher succeeded after 3.0 s."
+    assert lines[1] == "node1's launcher stopped by the notebook."  # exit code -1, no end time
 
 
 # Running programs: time limits, and nothing left behind
@@ -308,6 +550,25 @@ def assert_all_gone(pids):
     for pid in pids:
         if psutil.pid_exists(pid):
             assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_stop_reason_at_the_time_limit_and_the_patience():
+    assert nb.stop_reason(240.0, None, True, 240, 15) is None  # exactly at the limit: not yet
+    assert "time limit of 240 s" in nb.stop_reason(240.01, None, True, 240, 15)
+    assert "time limit" in nb.stop_reason(240.01, 16.0, True, 240, 15)  # the limit is said first
+    assert nb.stop_reason(100.0, 15.0, True, 240, 15) is None  # exactly the patience: not yet
+    assert "still running 15 s after" in nb.stop_reason(100.0, 15.01, True, 240, 15)
+    assert nb.stop_reason(100.0, 60.0, False, 240, 15) is None  # all ended: nothing to stop
+    assert nb.stop_reason(100.0, None, True, 240, 15) is None  # none ended yet
+
+
+def test_run_launchers_prefixes_lines_with_the_node_only_for_several(capsys):
+    nb.run_launchers([[sys.executable, "-c", "print('alone')"]], time_limit_s=60)
+    assert capsys.readouterr().out.splitlines() == ["alone"]
+    two = nb.run_launchers([[sys.executable, "-c", "print('a')"], [sys.executable, "-c", "print('b')"]],
+                           time_limit_s=60)
+    assert sorted(capsys.readouterr().out.splitlines()) == ["node0 | a", "node1 | b"]
+    assert two["returncodes"] == [0, 0] and two["stopped"] is None and two["leftovers"] == []
 
 
 # A parent that starts a child in a session of its own, as torchrun does with its workers.
@@ -371,3 +632,108 @@ def test_two_node_rendezvous_trains_one_model_and_leaves_no_process_or_port(tmp_
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind(("127.0.0.1", port))
         server.listen()
+
+
+# The notebook as a learner meets it (issues 16 and 17)
+
+NOTEBOOK = read(notebook_path("06"))
+GLOSSARY = "../README.md#glossary"
+
+
+def markdown_cells():
+    return [cell.source for cell in NOTEBOOK.cells if cell.cell_type == "markdown"]
+
+
+def test_the_core_fits_a_workshop_slot():
+    # Issue 17: at most 2,000 words before the Summary, and an estimate of the slot on a Colab T4.
+    assert core_words(NOTEBOOK) <= 2000, core_words(NOTEBOOK)
+    minutes = workshop_minutes(NOTEBOOK)
+    assert len(minutes) == 1 and 30 <= minutes[0] <= 60, minutes
+    opening = " ".join(NOTEBOOK.cells[0].source.split())
+    assert "Steps 6 and 7 can be reading only" in opening
+
+
+def test_the_opening_says_what_runs_on_exactly_one_gpu_and_why():
+    opening = " ".join(NOTEBOOK.cells[0].source.split())
+    assert "With exactly one GPU (Colab's T4)" in opening and "GPU stays idle" in opening
+    assert "refuses two processes on one GPU" in opening
+
+
+def test_the_core_links_its_distributed_terms_to_the_glossary_at_first_use():
+    core = re.sub(r"`[^`]*`", "", core_markdown(NOTEBOOK))  # code spans are not prose
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for term in ("backend", "all-reduce", "rank", "process group", "world size", "bandwidth",
+                 "Jupyter kernel", "GPU kernel", "TFLOP/s", "mixed precision"):
+        first = re.search(rf"(?<![\w-]){re.escape(term)}(?![\w-])", core, re.IGNORECASE)
+        assert first, f"{term!r} is not in the core"
+        after = core[first.end():]
+        assert after.startswith(f"]({GLOSSARY})"), f"the first {term!r} is not linked: {after[:40]!r}"
+    for entry in ("**all-reduce**", "**backend", "rank, world size**", "**bandwidth**"):
+        assert entry in readme  # the glossary has the entry the link points to
+
+
+def test_the_script_is_shown_whole_with_highlighting_and_its_ddp_parts_unfolded():
+    cells = [cell for cell in NOTEBOOK.cells if cell.cell_type == "code"]
+    writer = next(cell for cell in cells if "write_script(SCRIPT_PATH" in cell.source)
+    last = ast.parse(writer.source).body[-1]
+    assert ast.unparse(last) == "Code(script_text, language='python')"  # shown, highlighted
+    assert 'script_text = script_path.read_text(encoding="utf-8")' in writer.source  # from disk
+    parts = {name: next(cell for cell in cells if re.search(rf"^{name} = ", cell.source, re.M))
+             for name in ("SCRIPT_START", "SCRIPT_GROUP", "SCRIPT_MODEL", "SCRIPT_STEPS",
+                          "SCRIPT_SPEED", "SCRIPT_MAIN")}
+    folded = {name for name, cell in parts.items() if cell.source.startswith("#@title")}
+    assert folded == {"SCRIPT_START", "SCRIPT_MODEL", "SCRIPT_SPEED"}  # DDP's parts stay in view
+    launch = next(i for i, cell in enumerate(cells) if "ddp_run = run_launchers" in cell.source)
+    assert cells.index(writer) < launch
+
+
+def test_step_7_gives_fastais_script_form_and_notebook_form_where_they_belong():
+    rows = [line for text in markdown_cells() for line in text.splitlines() if "fastai" in line
+            and line.startswith("|")]
+    script_row = next(row for row in rows if "accelerate launch" in row)
+    notebook_row = next(row for row in rows if "notebook_launcher" in row)
+    assert "learn.distrib_ctx():" in script_row and "in_notebook" not in script_row
+    assert "learn.distrib_ctx(in_notebook=True)" in notebook_row
+    spec = importlib.util.find_spec("fastai")
+    if spec is not None:  # fastai's own source has the option the row names
+        source = (Path(spec.origin).parent / "distributed.py").read_text(encoding="utf-8")
+        assert re.search(r"def distrib_ctx\(self: Learner,[^)]*in_notebook=False", source)
+
+
+# The pictures
+
+
+@pytest.mark.parametrize("processes", [1, 2, 3, 4, 8])
+def test_ring_allreduce_steps_end_with_every_chunk_summed_everywhere(processes):
+    moments = nb.ring_allreduce_steps(processes)
+    assert len(moments) == 1 + 2 * (processes - 1)
+    assert moments[0] == [[1] * processes] * processes
+    assert moments[-1] == [[processes] * processes] * processes
+    if processes > 1:  # after reduce-scatter, each process holds one finished chunk, each a different one
+        middle = moments[processes - 1]
+        finished = [[chunk for chunk, count in enumerate(row) if count == processes] for row in middle]
+        assert sorted(chunks[0] for chunks in finished) == list(range(processes))
+        assert all(len(chunks) == 1 for chunks in finished)
+    # every step, every process sends one chunk of 1/N of its gradients: 2 (N - 1) / N in all
+    sent = (len(moments) - 1) * 1 / processes
+    assert sent == pytest.approx(nb.ring_allreduce_bytes(1, processes))
+
+
+def test_the_pictures_draw_with_titles_and_labels():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    plt = nb.plt
+    nb.draw_dataparallel_and_ddp()
+    figure = plt.gcf()
+    titles = [axis.get_title() for axis in figure.axes]
+    assert any("DataParallel" in title for title in titles) and any("1 process per GPU" in t for t in titles)
+    texts = " ".join(text.get_text() for axis in figure.axes for text in axis.texts)
+    assert "all-reduce" in texts and "gradients" in texts
+    plt.close(figure)
+    nb.draw_ring_allreduce(4)
+    figure = plt.gcf()
+    axis = figure.axes[0]
+    assert "Ring all-reduce of 4 processes" in axis.get_title() and "1.5 times" in axis.get_title()
+    assert axis.get_xlabel() and axis.get_ylabel()
+    plt.close(figure)

@@ -155,3 +155,15 @@ def test_notebook_03_without_fastai_stops_with_the_plain_message(run_without):
     assert error["traceback"] == ["Setup stopped: this notebook needs the package(s) named above."]
     assert "cannot run without fastai" in " ".join(text_of(cells[0]).split())
     assert all(cell["count"] is None for cell in cells[1:]), "Run All must stop at the install cell"
+
+
+def test_notebook_09_without_triton_shows_the_kernels_and_reads_to_the_end(run_without):
+    cells = run_without("triton", "09")
+    assert errors(cells) == []
+    assert all(cell["count"] is not None for cell in cells), "every code cell must have run"
+    setup = " ".join(text_of(cells[0]).split())
+    assert "triton: not installed" in setup and "the kernels are shown, not run" in setup
+    later = [" ".join(text_of(cell).split()) for cell in cells[2:]]
+    assert any("Triton not installed, shown" in text for text in later)
+    assert sum("not run (no Triton)" in text for text in later) >= 3, "each kernel's check says so"
+    assert not any("matches PyTorch" in text for text in later)

@@ -1,0 +1,678 @@
+"""Unit tests for notebook 07's helpers (When it breaks: find the cause, then fix it).
+
+Every decision is called at both sides of its edges with made-up inputs, and what a CPU can run is run
+for real: the Step 1 script in a separate process (with the time limit and the cleanup of its runner),
+forward hooks and anomaly mode on the planted nan, float16 with a GradScaler on the CPU, DataLoader
+workers reading a broken file, seeded runs, deterministic algorithms.
+
+The branches a learner's GPU, Mac or AMD machine takes, and the test that executes each:
+- NVIDIA GPU, Step 1 runs the script twice, without and with CUDA_LAUNCH_BLOCKING=1:
+  test_label_demo_runs_per_kind_of_device; their output read by describe_label_run:
+  test_a_cuda_run_blamed_on_a_later_line_is_said_to_be, test_a_blocking_cuda_run_points_at_the_bug.
+- Mac (MPS), Step 1 runs on the Mac's GPU and on the CPU: test_label_demo_runs_per_kind_of_device;
+  a release that computes a loss without any error: test_a_run_without_error_is_called_silently_wrong.
+- AMD (ROCm), whose kernel asserts abort the process: test_a_process_killed_by_a_signal_is_reported.
+- Windows, stopping a process tree with taskkill: test_stopping_on_windows_uses_taskkill_on_the_tree.
+- Step 2 and Going deeper on `device`: run on the CPU here; nondeterminism_verdict's CUDA wording:
+  test_nondeterminism_verdict_for_each_case.
+Nothing here needs a GPU.
+"""
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import types
+import warnings
+
+import psutil
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader
+
+from notebook_code import core_words, load_helpers, notebook_path, read, workshop_minutes
+
+nb = load_helpers("07")
+BUG_LINE = nb.line_number_of(nb.LABEL_SCRIPT_SOURCE, nb.BUG_MARKER)
+
+
+def script_line(text):
+    """The number of the first line of Step 1's script that contains `text`."""
+    return nb.line_number_of(nb.LABEL_SCRIPT_SOURCE, text)
+
+
+def gone(pid):
+    """True when the process `pid` has ended (a zombie waiting for its parent counts as ended)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+# --- Step 1: the runner of separate processes -----------------------------------------------------
+
+def test_a_finished_command_gives_its_output_and_exit_code():
+    result = nb.run_with_time_limit([sys.executable, "-c", "print('hello'); raise SystemExit(3)"], 60)
+    assert result["returncode"] == 3 and "hello" in result["output"]
+    assert result["timed_out"] is False and result["seconds"] < 60
+
+
+def test_environment_changes_set_and_remove_variables(monkeypatch):
+    monkeypatch.setenv("NB07_REMOVE_ME", "present")
+    code = "import os; print(os.environ.get('NB07_SET'), os.environ.get('NB07_REMOVE_ME'))"
+    result = nb.run_with_time_limit([sys.executable, "-c", code], 60,
+                                    {"NB07_SET": "1", "NB07_REMOVE_ME": None})
+    assert result["output"].split() == ["1", "None"]
+    assert os.environ["NB07_REMOVE_ME"] == "present", "the notebook's own environment is unchanged"
+
+
+CHILD_AND_GRANDCHILD = textwrap.dedent("""
+    import subprocess, sys, time
+    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(grandchild.pid, flush=True)
+    if sys.argv[1] == "hang":
+        time.sleep(120)
+""")
+
+
+def test_the_time_limit_stops_the_process_and_what_it_started():
+    start = time.monotonic()
+    result = nb.run_with_time_limit([sys.executable, "-c", CHILD_AND_GRANDCHILD, "hang"], 3)
+    assert result["timed_out"] is True
+    assert time.monotonic() - start < 60, "stopped at the limit, not when the child ended"
+    grandchild = int(result["output"].split()[0])
+    deadline = time.monotonic() + 10
+    while not gone(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(grandchild), "the grandchild outlived the time limit"
+
+
+def test_a_normal_exit_leaves_no_child_behind():
+    result = nb.run_with_time_limit([sys.executable, "-c", CHILD_AND_GRANDCHILD, "exit"], 60)
+    assert result["timed_out"] is False and result["returncode"] == 0
+    grandchild = int(result["output"].split()[0])
+    deadline = time.monotonic() + 10
+    while not gone(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(grandchild), "a child that the command left running was not stopped"
+
+
+def test_each_system_gets_its_own_way_to_group_and_stop_processes():
+    assert nb.new_session_options("posix") == {"start_new_session": True}
+    assert nb.new_session_options("nt") == {"creationflags": 0x200}  # CREATE_NEW_PROCESS_GROUP
+    assert nb.stop_command(1234, "posix") is None
+    assert nb.stop_command(1234, "nt") == ["taskkill", "-F", "-T", "-PID", "1234"]
+
+
+class StandInProcess:
+    """Shaped like subprocess.Popen for stop_process_tree: pid, poll(), kill(), wait()."""
+
+    def __init__(self, running):
+        self.pid, self.running, self.calls = 4321, running, []
+
+    def poll(self):
+        return None if self.running else 0
+
+    def kill(self):
+        self.calls.append("kill")
+        self.running = False
+
+    def wait(self):
+        self.calls.append("wait")
+        return 0
+
+
+def test_stopping_on_windows_uses_taskkill_on_the_tree(monkeypatch):
+    commands = []
+
+    def fake_run(command, check, capture_output):
+        commands.append(command)
+        raise subprocess.CalledProcessError(128, command)  # what taskkill does for a process gone
+
+    monkeypatch.setattr(nb.subprocess, "run", fake_run)
+    process = StandInProcess(running=True)
+    nb.stop_process_tree(process, os_name="nt")
+    assert commands == [["taskkill", "-F", "-T", "-PID", "4321"]]
+    assert process.calls == ["kill", "wait"], "a failed taskkill still ends the process itself"
+    finished = StandInProcess(running=False)
+    nb.stop_process_tree(finished, os_name="nt")
+    assert finished.calls == ["wait"]
+
+
+# --- Step 1: which runs, and what their output says ------------------------------------------------
+
+def test_label_demo_runs_per_kind_of_device():
+    cuda = nb.label_demo_runs("cuda")
+    assert [device for _, device, _ in cuda] == ["cuda", "cuda"]
+    assert [env for _, _, env in cuda] == [{"CUDA_LAUNCH_BLOCKING": None}, {"CUDA_LAUNCH_BLOCKING": "1"}]
+    assert [device for _, device, _ in nb.label_demo_runs("mps")] == ["mps", "cpu"]
+    for other in ("cpu", "xpu"):
+        assert [device for _, device, _ in nb.label_demo_runs(other)] == ["cpu"]
+
+
+def test_the_script_marks_the_line_that_reads_the_label():
+    assert nb.LABEL_SCRIPT_SOURCE.count(nb.BUG_MARKER) == 1
+    assert "cross_entropy" in nb.LABEL_SCRIPT_SOURCE.splitlines()[BUG_LINE - 1]
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    """The Step 1 script, written to a file and run for real on the CPU."""
+    script = tmp_path_factory.mktemp("nb07_code") / nb.LABEL_SCRIPT_NAME
+    script.write_text(nb.LABEL_SCRIPT_SOURCE)
+    return nb.run_with_time_limit([sys.executable, script, "cpu"], nb.TIME_LIMIT_S)
+
+
+def test_on_a_cpu_the_index_error_is_raised_at_the_bug(cpu_run):
+    assert cpu_run["returncode"] == 1 and not cpu_run["timed_out"]
+    assert nb.error_lines(cpu_run["output"])[0] == "IndexError: Target 3 is out of bounds."
+    assert nb.where_reported(cpu_run["output"], nb.LABEL_SCRIPT_NAME) == BUG_LINE
+    described = nb.describe_label_run(cpu_run)
+    assert described.startswith("IndexError") and f"line {BUG_LINE}, the line that reads" in described
+    assert "a new computation on cpu works" in cpu_run["output"] and "restart" not in described
+
+
+def cuda_output(raised_at_line):
+    """Output shaped like the script's on an NVIDIA GPU (PyTorch 2.14's wording, from c10/cuda)."""
+    return textwrap.dedent(f"""\
+        /pytorch/aten/src/ATen/native/cuda/Loss.cu:250: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,0,0], thread: [5,0,0] Assertion `t >= 0 && t < n_classes` failed.
+        Traceback (most recent call last):
+          File "/content/data/nb07_code/labels_out_of_range.py", line {raised_at_line}, in <module>
+            {nb.LABEL_SCRIPT_SOURCE.splitlines()[raised_at_line - 1].strip()}
+        torch.AcceleratorError: CUDA error: device-side assert triggered
+        Search for `cudaErrorAssert' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.
+        CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.
+        For debugging consider passing CUDA_LAUNCH_BLOCKING=1
+        Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
+
+        After the error, even a new computation on cuda fails: CUDA error: device-side assert triggered
+        """)
+
+
+def test_a_cuda_run_blamed_on_a_later_line_is_said_to_be():
+    later = script_line("optimizer.step()")
+    assert later > BUG_LINE
+    described = nb.describe_label_run({"timed_out": False, "returncode": 1, "output": cuda_output(later)})
+    assert described.startswith("torch.AcceleratorError: CUDA error: device-side assert triggered")
+    assert f"Raised at line {later} ('optimizer.step()'), not at line {BUG_LINE}" in described
+    assert "restart" in described
+
+
+def test_a_blocking_cuda_run_points_at_the_bug():
+    described = nb.describe_label_run({"timed_out": False, "returncode": 1,
+                                       "output": cuda_output(BUG_LINE)})
+    assert f"Raised at line {BUG_LINE}, the line that reads the bad label." in described
+
+
+def test_a_run_without_error_is_called_silently_wrong():
+    run = {"timed_out": False, "returncode": 0, "output": "loss after one step: 1.234\n"}
+    assert "silently wrong" in nb.describe_label_run(run)
+
+
+def test_a_process_killed_by_a_signal_is_reported():
+    run = {"timed_out": False, "returncode": -signal.SIGABRT, "output": ""}
+    assert "signal SIGABRT" in nb.describe_label_run(run)
+    assert "exit code 134" in nb.describe_label_run({**run, "returncode": 134})
+
+
+def test_a_timed_out_run_and_a_traceback_outside_the_script():
+    assert "No result within" in nb.describe_label_run({"timed_out": True, "returncode": -9,
+                                                        "output": ""})
+    elsewhere = "Traceback (most recent call last):\n  File \"other.py\", line 3\nValueError: x\n"
+    described = nb.describe_label_run({"timed_out": False, "returncode": 1, "output": elsewhere})
+    assert described.startswith("ValueError: x") and "No line of the script" in described
+
+
+def test_where_reported_takes_the_last_frame_of_the_script():
+    output = ('File "/a/labels_out_of_range.py", line 17, in <module>\n'
+              'File "/a/lib.py", line 99, in f\nFile "/a/labels_out_of_range.py", line 19, in g\n')
+    assert nb.where_reported(output, "labels_out_of_range.py") == 19
+    assert nb.where_reported("nothing", "labels_out_of_range.py") is None
+
+
+# --- Step 1: label_problems, against what cross_entropy really does ------------------------------
+
+@pytest.mark.parametrize("labels", [
+    [0, 1, 2], [0, 2, 2], [0, 1, 3], [-1, 1, 2], [0, -100, 2], [-100, -100, -100], [5, -2, 1]])
+def test_label_problems_agree_with_cross_entropy(labels):
+    labels = torch.tensor(labels)
+    try:
+        F.cross_entropy(torch.randn(len(labels), 3), labels)
+        raised = False
+    except IndexError:
+        raised = True
+    assert bool(nb.label_problems(labels, num_classes=3)) == raised
+
+
+def test_label_problems_at_their_edges():
+    assert nb.label_problems(torch.tensor([0, 2]), 3) == []
+    assert "largest 3" in nb.label_problems(torch.tensor([0, 3]), 3)[0]
+    assert "smallest -1" in nb.label_problems(torch.tensor([-1, 2]), 3)[0]
+    assert len(nb.label_problems(torch.tensor([-1, 3]), 3)) == 2
+    assert nb.label_problems(torch.tensor([7, 1]), 3, ignore_index=7) == []
+    assert nb.label_problems(torch.tensor([0, 1], dtype=torch.uint8), 3) == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int16])
+def test_label_problems_name_a_number_type_cross_entropy_rejects(dtype):
+    labels = torch.tensor([0, 1, 2], dtype=dtype)
+    with pytest.raises(RuntimeError):
+        F.cross_entropy(torch.randn(3, 3), labels)
+    assert "labels.long()" in nb.label_problems(labels, 3)[0]
+
+
+# --- Step 2: the planted nan, found and fixed --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pictures():
+    return nb.make_pictures(256)
+
+
+def broken_after_train(pictures):
+    model = nb.make_classifier(nb.NaiveLogSoftmax())
+    rows = nb.train(model, *pictures, lr=0.05, steps=20)
+    return model, rows
+
+
+def test_train_stops_at_the_first_loss_that_is_not_finite(pictures):
+    model, rows = broken_after_train(pictures)
+    assert math.isfinite(rows[0]["loss"]) and not math.isfinite(rows[-1]["loss"])
+    assert all(math.isfinite(row["loss"]) for row in rows[:-1]) and len(rows) < 20
+    assert all(torch.isfinite(p).all() for p in model.parameters()), "stopped before the update"
+    going_on = nb.train(nb.make_classifier(nb.NaiveLogSoftmax()), *pictures, lr=0.05, steps=5,
+                        stop_early=False)
+    assert len(going_on) == 5
+
+
+def test_the_gradient_norm_is_recorded_before_clipping(pictures):
+    rows = nb.train(nb.make_classifier(nn.LogSoftmax(dim=1)), pictures[0] / 255, pictures[1],
+                    lr=0.05, steps=1, max_norm=1e-3)
+    assert rows[0]["grad_norm"] > 1e-3
+
+
+def test_hooks_name_the_hand_made_log_softmax(pictures):
+    model, _ = broken_after_train(pictures)
+    assert nb.first_non_finite_module(model, pictures[0]) == "3 (NaiveLogSoftmax)"
+    assert all(not module._forward_hooks for module in model.modules()), "hooks removed"
+
+
+def test_hooks_find_nothing_in_a_finite_model_and_blame_a_bad_input(pictures):
+    fixed = nb.make_classifier(nn.LogSoftmax(dim=1))
+    assert nb.first_non_finite_module(fixed, pictures[0] / 255) is None
+    with_nan = pictures[0].clone()
+    with_nan[3, 7] = float("nan")
+    assert nb.first_non_finite_module(fixed, with_nan) == "(the input itself)"
+
+
+class Pair(nn.Module):
+    """Returns a tuple, as nn.LSTM does; the second part multiplied by `factor`."""
+
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x, x * self.factor
+
+
+class MakesInfItself(nn.Module):
+    """Children with finite outputs; its own forward makes inf."""
+
+    def __init__(self, factor):
+        super().__init__()
+        self.pair = Pair(factor)
+
+    def forward(self, x):
+        return self.pair(x)[1] * 1e30
+
+
+def test_hooks_read_tuple_outputs_and_the_model_itself():
+    x = torch.ones(2, 3)
+    assert nb.first_non_finite_module(nn.Sequential(Pair(float("inf"))), x) == "0 (Pair)"
+    largest = torch.finfo(torch.float32).max
+    assert nb.first_non_finite_module(nn.Sequential(Pair(largest)), x) is None, "finite, if huge"
+    assert nb.first_non_finite_module(MakesInfItself(1e10), x) == "(the whole model) (MakesInfItself)"
+    assert nb.first_non_finite_module(MakesInfItself(1.0), x) is None
+
+
+class Scale(nn.Module):
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x * self.factor
+
+
+def test_hooks_name_the_first_of_several_bad_modules():
+    model = nn.Sequential(nn.Linear(3, 3), Scale(float("inf")), Scale(2.0))
+    assert nb.first_non_finite_module(model, torch.ones(2, 3)) == "1 (Scale)"
+
+
+def test_hooks_are_removed_when_forward_raises():
+    model = nn.Sequential(nn.Linear(3, 2))
+    with pytest.raises(RuntimeError):
+        nb.first_non_finite_module(model, torch.ones(2, 5))
+    assert not model[0]._forward_hooks
+
+
+def test_anomaly_mode_names_the_log_and_its_forward_line(pictures):
+    model, _ = broken_after_train(pictures)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match="LogBackward0"):
+            with torch.autograd.detect_anomaly():
+                F.nll_loss(model(pictures[0]), pictures[1]).backward()
+    report = nb.anomaly_report(caught)
+    assert report.startswith("Error detected in LogBackward0. The forward call that created it:")
+    assert report.splitlines()[1].strip().startswith('File "<notebook 07>"')
+    assert report.splitlines()[1].endswith("in forward"), "the frame of NaiveLogSoftmax.forward"
+    assert nb.anomaly_report([]) == "anomaly mode printed no traceback"
+
+
+def test_anomaly_report_keeps_the_code_line_when_python_has_the_source():
+    message = ("Error detected in LogBackward0. Traceback of forward call that caused the error:\n"
+               '  File "/tmp/ipykernel_1/2.py", line 9, in <module>\n    loss = model(x)\n'
+               '  File "/tmp/ipykernel_1/1.py", line 5, in forward\n'
+               "    return torch.softmax(scores, dim=1).log()\n"
+               " (Triggered internally at /pytorch/torch/csrc/autograd/python_anomaly_mode.cpp:130.)")
+    caught = [types.SimpleNamespace(message=UserWarning("Anomaly Detection has been enabled.")),
+              types.SimpleNamespace(message=UserWarning(message))]
+    assert nb.anomaly_report(caught).splitlines()[1:] == [
+        '  File "/tmp/ipykernel_1/1.py", line 5, in forward',
+        "    return torch.softmax(scores, dim=1).log()"]
+
+
+def test_anomaly_cost_verdict_at_its_edge():
+    assert "small difference" in nb.anomaly_cost_verdict(1.0, 1.49)
+    assert "pay most" in nb.anomaly_cost_verdict(1.0, 1.5)
+    assert "(3.0 times as long)" in nb.anomaly_cost_verdict(0.001, 0.003)
+
+
+def test_the_fix_keeps_the_loss_finite_and_falling(pictures):
+    rows = nb.train(nb.make_classifier(nn.LogSoftmax(dim=1)), pictures[0] / 255, pictures[1],
+                    lr=0.05, steps=30)
+    assert len(rows) == 30 and nb.finite_verdict(rows).startswith("The loss stayed finite for all 30")
+    assert "went down" in nb.finite_verdict(rows)
+
+
+def test_finite_verdict_for_each_case():
+    assert "went down" in nb.finite_verdict([{"step": 0, "loss": 2.0}, {"step": 1, "loss": 1.9}])
+    assert "did NOT go down" in nb.finite_verdict([{"step": 0, "loss": 2.0}, {"step": 1, "loss": 2.0}])
+    rows = [{"step": 0, "loss": 2.0}, {"step": 1, "loss": math.inf}, {"step": 2, "loss": math.nan}]
+    assert nb.finite_verdict(rows) == "The loss was not finite from step 1 on."
+
+
+def test_grad_norm_alarm_at_its_edges():
+    assert nb.grad_norm_alarm([1.0] * 20) is None
+    assert nb.grad_norm_alarm([1.0] * 5 + [10.0]) is None, "exactly 10 times: no alarm"
+    assert nb.grad_norm_alarm([1.0] * 5 + [10.001]) == 5
+    assert nb.grad_norm_alarm([1.0, 50.0, 1.0, 1.0]) is None, "no alarm for growth in the warm-up"
+    assert nb.grad_norm_alarm([1.0, math.nan]) == 1, "a nan norm is an alarm even in the warm-up"
+    assert nb.grad_norm_alarm([1.0, 1.0, math.inf]) == 2
+    assert nb.grad_norm_alarm([1.0] * 5 + [3.0], factor=2.0) == 5
+    assert nb.grad_norm_alarm([1.0] * 3 + [20.0], warmup=3) == 3
+
+
+def test_a_learning_rate_too_high_is_caught_by_the_alarm_before_the_loss_breaks(monkeypatch):
+    monkeypatch.setitem(nb.new_linear.__globals__, "device", torch.device("cpu"))  # the notebook's
+    features, targets = nb.make_regression(512)
+    too_high = nb.train(nb.new_linear(), features, targets, lr=1.2, steps=80, loss_fn=F.mse_loss,
+                        stop_early=False)
+    alarm = nb.grad_norm_alarm([row["grad_norm"] for row in too_high])
+    first_bad = next(row["step"] for row in too_high if not math.isfinite(row["loss"]))
+    assert alarm is not None and alarm + 20 < first_bad < 80
+    for settings in (dict(lr=0.1), dict(lr=1.2, max_norm=1.0)):
+        rows = nb.train(nb.new_linear(), features, targets, steps=80, loss_fn=F.mse_loss, **settings)
+        assert all(math.isfinite(row["loss"]) for row in rows)
+        assert nb.grad_norm_alarm([row["grad_norm"] for row in rows]) is None
+    assert rows[-1]["loss"] > 0.1, "clipping keeps it finite, but the loss stalls"
+
+
+# --- Step 3: float16 for real on the CPU ------------------------------------------------------------
+
+@pytest.mark.parametrize("value", [
+    0.0, 0.1, 2048.0, 2049.0, 65504.0, 65519.99, 65520.0, 65536.0, 1e5, -65520.0, -65504.0,
+    2.0**-24, 2.0**-25, 2.0**-25 * 1.0001, 2.0**-25 * 0.9999, 1e-8, -1e-8, 1e-6,
+    torch.finfo(torch.float16).tiny, torch.finfo(torch.float16).tiny * 0.999])
+def test_float16_fate_says_what_the_conversion_really_does(value):
+    stored = torch.tensor(value, dtype=torch.float64).to(torch.float16).item()
+    fate = nb.float16_fate(value)
+    assert (fate == "overflows to inf") == math.isinf(stored)
+    assert (fate == "rounds to 0") == (stored == 0 and value != 0)
+    assert (fate == "exact") == (stored == value)
+    assert (fate == "rounded, to fewer digits") == (
+        stored not in (0, value) and abs(value) < torch.finfo(torch.float16).tiny)
+
+
+def test_stored_as_shows_the_three_formats():
+    assert nb.stored_as([65520.0, 2049.0], torch.float16) == ["inf", "2048"]
+    assert nb.stored_as([65520.0, 2049.0], torch.bfloat16) == ["65536", "2048"]
+    assert nb.stored_as([65520.0, 2049.0], torch.float32) == ["65520", "2049"]
+
+
+def test_a_grad_scaler_keeps_small_float16_gradients(pictures):
+    inputs, labels = pictures[0] / 255, pictures[1]
+    float32 = nb.zero_gradient_percent(inputs, labels, 1e-5, False)
+    float16 = nb.zero_gradient_percent(inputs, labels, 1e-5, True)
+    scaled = nb.zero_gradient_percent(inputs, labels, 1e-5, True, torch.amp.GradScaler("cpu"))
+    assert float16 > float32 + 50, "without a scaler most float16 gradients underflow to 0"
+    assert scaled < float32 + 1, "with one, nearly all are as in float32"
+
+
+def test_the_scaler_skips_exactly_the_steps_that_overflow_and_adjusts_its_scale(pictures):
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24, growth_interval=10)
+    rows = nb.train_float16(nb.make_classifier(nn.LogSoftmax(dim=1)), pictures[0] / 255,
+                            pictures[1], scaler, steps=30)
+    skipped = [row["step"] for row in rows if row["skipped"]]
+    assert skipped[:1] == [0], "a scale of 2**24 overflows at once"
+    assert all(row["weights_changed"] != row["skipped"] for row in rows)
+    for row, following in zip(rows, rows[1:]):
+        if row["skipped"]:
+            assert following["scale"] == row["scale"] / 2
+    good_run = next(index for index, row in enumerate(rows) if not row["skipped"])
+    assert rows[good_run + 10]["scale"] == 2 * rows[good_run]["scale"] or any(
+        row["skipped"] for row in rows[good_run:good_run + 10]), "doubles after 10 good steps"
+
+
+# --- Step 4: devices and DataLoader workers --------------------------------------------------------
+
+def test_the_tensor_made_in_forward_fails_on_another_device_and_both_fixes_work():
+    meta_input = torch.zeros(4, 64, device="meta")
+    with pytest.raises(RuntimeError, match="device"):
+        nb.WeightedInputs(64).to("meta")(meta_input)
+    for fixed in (nb.WithBuffer, nb.OnTheInputsDevice):
+        assert fixed(64).to("meta")(meta_input).device.type == "meta"
+    assert "feature_weights" in nb.WithBuffer(64).state_dict()
+
+
+def test_the_fixes_compute_what_the_original_computes_on_the_cpu():
+    cpu_input = torch.rand(4, 64)
+    original = nb.WeightedInputs(64)
+    for fixed_class in (nb.WithBuffer, nb.OnTheInputsDevice):
+        fixed = fixed_class(64)
+        fixed.linear.load_state_dict(original.linear.state_dict())
+        assert torch.equal(fixed(cpu_input), original(cpu_input))
+
+
+def test_tensors_left_behind_lists_plain_tensor_attributes_only():
+    assert nb.tensors_left_behind(nb.PlainAttribute(64)) == ["model.feature_weights"]
+    assert nb.tensors_left_behind(nb.WithBuffer(64)) == []
+    outer = nn.Sequential(nb.PlainAttribute(8))
+    outer.note, outer.scale = "text", 2.0
+    outer.weight = nn.Parameter(torch.ones(1))
+    assert nb.tensors_left_behind(outer) == ["0.feature_weights"]
+
+
+@pytest.fixture(scope="module")
+def files_module(tmp_path_factory):
+    return nb.load_module(tmp_path_factory.mktemp("nb07_code"), nb.FILES_MODULE, nb.FILES_MODULE_SOURCE)
+
+
+def test_a_worker_error_carries_the_workers_traceback(files_module):
+    broken = files_module.PictureFiles(32, broken_index=21)
+    message, raised_in = nb.first_error(DataLoader(broken, batch_size=8, num_workers=1))
+    assert "Caught RuntimeError in DataLoader worker process 0" in message
+    assert "Original Traceback" in message and "nb07_files.py" in message
+    assert "invalid for input of size 63" in message
+    assert not raised_in.startswith("nb07_files.py"), "the training process raises it again itself"
+    assert nb.triage(message) == 5
+    message, raised_in = nb.first_error(DataLoader(broken, batch_size=8, num_workers=0))
+    assert raised_in.startswith("nb07_files.py") and "worker" not in message
+
+
+def test_broken_samples_finds_the_one_cut_short(files_module):
+    broken = files_module.PictureFiles(32, broken_index=21)
+    found = nb.broken_samples(broken)
+    assert list(found) == [21] and "size 63" in found[21]
+    assert nb.broken_samples(files_module.PictureFiles(32)) == {}
+    assert nb.first_error(DataLoader(files_module.PictureFiles(32), batch_size=8)) is None
+
+
+def test_load_module_picks_up_a_changed_source(tmp_path):
+    first = nb.load_module(tmp_path, "nb07_changing", "VALUE = 1\n")
+    assert first.VALUE == 1
+    assert nb.load_module(tmp_path, "nb07_changing", "VALUE = 2\n").VALUE == 2
+
+
+# --- Step 5: seeds and deterministic algorithms -----------------------------------------------------
+
+def test_seeded_runs_agree_to_the_bit_and_other_seeds_do_not(pictures):
+    inputs, labels = pictures[0] / 255, pictures[1]
+    first, again = nb.seeded_run(inputs, labels, 0, 10), nb.seeded_run(inputs, labels, 0, 10)
+    other = nb.seeded_run(inputs, labels, 1, 10)
+    assert nb.compare_weights(first, again) == {"identical_to_the_bit": True, "largest_difference": 0.0}
+    assert nb.compare_weights(first, other)["identical_to_the_bit"] is False
+
+
+def test_compare_weights_sees_a_single_last_bit():
+    first = {"w": torch.ones(3), "b": torch.zeros(2)}
+    nudged = {"w": first["w"].clone(), "b": first["b"].clone()}
+    nudged["w"][1] = torch.nextafter(torch.tensor(1.0), torch.tensor(2.0))
+    result = nb.compare_weights(first, nudged)
+    assert result["identical_to_the_bit"] is False and 0 < result["largest_difference"] < 1e-6
+
+
+def test_seed_everything_seeds_python_numpy_and_torch():
+    import random
+
+    import numpy as np
+
+    def draws():
+        nb.seed_everything(7)
+        return random.random(), np.random.rand(), torch.rand(1).item()
+
+    assert draws() == draws()
+
+
+def test_deterministic_algorithms_raise_inside_and_restore_after():
+    before = torch.are_deterministic_algorithms_enabled()
+    with nb.deterministic_algorithms():
+        assert torch.are_deterministic_algorithms_enabled()
+        with pytest.raises(RuntimeError, match="does not have a deterministic implementation"):
+            torch.zeros(4).put_(torch.tensor([1, 1]), torch.tensor([1.0, 2.0]))
+    assert torch.are_deterministic_algorithms_enabled() == before
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with pytest.raises(ValueError):
+            with nb.deterministic_algorithms(False):
+                assert not torch.are_deterministic_algorithms_enabled()
+                raise ValueError("the block fails")
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
+# --- Step 6: the triage table ------------------------------------------------------------------------
+
+def test_every_pattern_leads_to_its_own_row():
+    for row, (_, patterns, _, _, _) in enumerate(nb.TRIAGE):
+        for pattern in patterns:
+            assert nb.triage(pattern.upper()) == row, f"{pattern!r} is claimed by an earlier row"
+
+
+def real_message(action):
+    try:
+        action()
+    except Exception as error:  # the message PyTorch gives
+        return f"{type(error).__name__}: {error}"
+    raise AssertionError("expected an error")
+
+
+@pytest.mark.parametrize("message, row", [
+    (cuda_output(BUG_LINE), 0),
+    ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, "
+     "cuda:0 and cpu!", 4),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+     "capacity of 14.74 GiB", 7),
+    ("AttributeError: Can't get attribute 'MyDataset' on <module '__main__' (built-in)>", 6),
+    ("AssertionError: Torch not compiled with CUDA enabled", 8),
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device", 8),
+    ("the loss is nan after 300 steps", 2),
+    ("what is this", None),
+])
+def test_triage_of_messages_as_pytorch_words_them(message, row):
+    assert nb.triage(message) == row
+
+
+def test_triage_of_messages_raised_here_for_real():
+    index_error = real_message(lambda: F.cross_entropy(torch.randn(2, 3), torch.tensor([0, 3])))
+    dtype_error = real_message(lambda: F.cross_entropy(torch.randn(2, 3),
+                                                       torch.tensor([0, 1], dtype=torch.int32)))
+    meta_error = real_message(lambda: torch.ones(3) + torch.ones(3, device="meta"))
+
+    def nan_backward():
+        x = torch.zeros(1, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # anomaly mode's warnings
+            with torch.autograd.detect_anomaly():
+                torch.sqrt(x * 0 - 1).sum().backward()
+
+    assert nb.triage(index_error) == 0
+    assert nb.triage(dtype_error) == 1
+    assert nb.triage(meta_error) == 4
+    assert nb.triage(real_message(nan_backward)) == 2
+    with nb.deterministic_algorithms():
+        put_error = real_message(lambda: torch.zeros(2).put_(torch.tensor([0, 0]), torch.ones(2)))
+    assert nb.triage(put_error) == 9
+
+
+def test_out_of_memory_points_to_notebook_08():
+    row = nb.TRIAGE[nb.triage("CUDA out of memory")]
+    assert row[-1].startswith("08, Fit a bigger model")
+    learn_more = next(cell.source for cell in read(notebook_path("07")).cells
+                      if cell.source.startswith("## Learn more"))
+    assert "(08_fit_a_bigger_model.ipynb)" in learn_more
+
+
+# --- Going deeper: nondeterminism ---------------------------------------------------------------------
+
+def test_runs_that_differ_counts_runs_unlike_the_first():
+    outputs = iter([torch.tensor([1.0]), torch.tensor([1.0]), torch.tensor([2.0]),
+                    torch.tensor([1.0]), torch.tensor([3.0])])
+    assert nb.runs_that_differ(lambda: next(outputs)) == 2
+    assert nb.runs_that_differ(lambda: torch.ones(3)) == 0
+    places, numbers = torch.randint(0, 10, (10_000,)), torch.randn(10_000)
+    assert nb.runs_that_differ(lambda: torch.zeros(10).index_add_(0, places, numbers)) == 0
+
+
+def test_nondeterminism_verdict_for_each_case():
+    assert "bug" in nb.nondeterminism_verdict("cuda", 3, 1)
+    assert "3 of 4 runs differed" in nb.nondeterminism_verdict("cuda", 3, 0)
+    assert "No run differed this time" in nb.nondeterminism_verdict("cuda", 0, 0)
+    assert "Every run was identical on cpu" in nb.nondeterminism_verdict("cpu", 0, 0)
+    assert "1 of 4 runs differed" in nb.nondeterminism_verdict("cpu", 1, 0)
+
+
+# --- The budget of issue 17 ---------------------------------------------------------------------------
+
+def test_the_core_fits_a_workshop_slot():
+    notebook = read(notebook_path("07"))
+    assert core_words(notebook) <= 2000
+    assert workshop_minutes(notebook) and max(workshop_minutes(notebook)) <= 60

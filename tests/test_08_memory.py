@@ -1,0 +1,589 @@
+"""Notebook 08: counting the bytes of a training step, the remedies that make room, and FSDP2.
+
+The helpers run for real on the CPU where PyTorch allows it (saved-tensor hooks, checkpointing,
+autocast in bfloat16 and float16, 16-bit weights); the CUDA-only calls (the allocator's peak, memory
+snapshots, NCCL) run against stand-ins shaped like the real API. The last tests launch the FSDP2
+script with torchrun on 2 CPU processes over gloo, as the notebook does.
+"""
+import ast
+import inspect
+import socket
+import sys
+
+import pandas as pd
+import pytest
+import torch
+import torch.distributed.run
+from torch import nn
+
+from notebook_code import code_cells, load_helpers, notebook_path, read
+
+nb = load_helpers("08")
+SCRIPT_TEXT = nb.SCRIPT_TOP + nb.SCRIPT_MODEL + nb.SCRIPT_MAIN
+
+
+def tiny_model(seed=0):
+    torch.manual_seed(seed)
+    return nb.make_model(16, 16, 2, 2)
+
+
+def tiny_batch(batch=8, seed=0):
+    return nb.make_batch(batch, seed, 8, 16)
+
+
+# Counting bytes
+
+
+def test_storage_bytes_counts_shared_memory_once_and_skips_what_is_not_a_tensor():
+    whole = torch.zeros(10)  # 40 bytes
+    assert nb.storage_bytes([whole, whole[:5], whole.view(2, 5), None]) == 40
+    assert nb.storage_bytes([torch.zeros(10), torch.zeros(3, dtype=torch.float16)]) == 46
+    assert nb.storage_bytes([]) == 0
+
+
+def test_saved_activations_sees_what_autograd_keeps_but_not_the_weights():
+    layer = nn.Linear(4, 3)
+    inputs = torch.randn(5, 4)
+    with nb.SavedActivations(layer) as saved:
+        layer(inputs).sum()  # linear keeps its input (and its weight, counted as a weight)
+    assert saved.bytes == inputs.numel() * 4
+    with nb.SavedActivations(layer) as saved, torch.no_grad():
+        layer(inputs).sum()
+    assert saved.bytes == 0
+
+
+def test_saved_activations_counts_views_of_one_tensor_once():
+    inputs = torch.randn(6, 4, requires_grad=True)
+    with nb.SavedActivations(nn.Linear(1, 1)) as saved:
+        (inputs[:3] * inputs[3:]).sum()  # mul keeps both halves: two views of one storage
+    assert saved.bytes == inputs.numel() * 4
+
+
+def test_memory_of_step_reads_optimizer_state_from_the_optimizer():
+    model = tiny_model()
+    inputs, labels = tiny_batch()
+    weights = sum(p.numel() for p in model.parameters())
+    tensors = len(list(model.parameters()))
+    plain = nb.memory_of_step(model, torch.optim.SGD(model.parameters(), lr=0.1), inputs, labels)
+    momentum = nb.memory_of_step(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                 inputs, labels)
+    adam = nb.memory_of_step(model, torch.optim.Adam(model.parameters()), inputs, labels)
+    assert plain["weights"] == plain["gradients"] == 4 * weights
+    assert plain["optimizer_state"] == 0  # plain SGD keeps nothing between steps
+    assert momentum["optimizer_state"] == 4 * weights  # one momentum per weight
+    assert adam["optimizer_state"] == 8 * weights + 4 * tensors  # two averages, a step counter each
+    assert adam["activations"] > 0 and adam["activations"] == momentum["activations"]
+
+
+def test_the_activations_grow_with_the_batch_and_nothing_else_does():
+    model = tiny_model()
+    adam = torch.optim.Adam(model.parameters())
+    small, large = (nb.memory_of_step(model, adam, *tiny_batch(batch)) for batch in (4, 16))
+    assert {k: small[k] for k in ("weights", "gradients", "optimizer_state")} == \
+        {k: large[k] for k in ("weights", "gradients", "optimizer_state")}
+    assert 3.5 < large["activations"] / small["activations"] <= 4.0
+
+
+def test_set_to_none_frees_the_gradients_that_zero_filling_keeps():
+    model = tiny_model()
+    adam = torch.optim.Adam(model.parameters())
+    for set_to_none, held in [(True, 0), (False, 4 * sum(p.numel() for p in model.parameters()))]:
+        nb.memory_of_step(model, adam, *tiny_batch())
+        adam.zero_grad(set_to_none=set_to_none)
+        assert nb.storage_bytes(p.grad for p in model.parameters()) == held
+
+
+def test_checkpointed_uses_the_non_reentrant_variant():
+    source = next(s for s in code_cells(read(notebook_path("08"))) if "class Checkpointed" in s)
+    assert "checkpoint(self.block, x, use_reentrant=False)" in source
+
+
+@pytest.mark.parametrize("measured, holds", [(17.0, True), (17.001, False), (15.0, True), (14.999, False)])
+def test_bytes_per_weight_verdict_at_its_tolerance(measured, holds):
+    text = nb.bytes_per_weight_verdict(measured, 16, tolerance=1 / 16)
+    assert ("holds" in text) == holds
+
+
+COUNTED = {"weights": 40, "gradients": 60, "optimizer_state": 40, "activations": 20}  # low 100, high 160
+
+
+@pytest.mark.parametrize("peak, expected", [(89.99, "Lower than counted"), (90.01, "agrees"),
+                                            (200.0, "agrees"), (200.01, "Much more")])
+def test_peak_verdict_at_its_edges(peak, expected):
+    assert expected in nb.peak_verdict(COUNTED, peak, "cuda")
+
+
+def test_peak_verdict_without_cuda_says_what_a_gpu_would_show():
+    text = nb.peak_verdict(COUNTED, None, "mps")
+    assert "No CUDA GPU (mps)" in text and "max_memory_allocated" in text
+
+
+class StandInCuda:
+    """Shaped like torch.cuda: synchronize, reset_peak_memory_stats and max_memory_allocated."""
+
+    def __init__(self, peak):
+        self.calls, self.peak = [], peak
+
+    def synchronize(self, device=None):
+        self.calls.append("synchronize")
+
+    def reset_peak_memory_stats(self, device=None):
+        self.calls.append(f"reset_peak_memory_stats({device})")
+
+    def max_memory_allocated(self, device=None):
+        self.calls.append(f"max_memory_allocated({device})")
+        return self.peak
+
+
+def test_the_stand_in_has_the_signatures_of_torch_cuda():
+    for name in ("synchronize", "reset_peak_memory_stats", "max_memory_allocated"):
+        assert list(inspect.signature(getattr(torch.cuda, name)).parameters) == ["device"]
+
+
+def test_allocator_peak_resets_runs_and_reads_the_peak_on_cuda_only():
+    cuda, ran = StandInCuda(peak=12345), []
+    device = torch.device("cuda", 0)
+    assert nb.allocator_peak_bytes(lambda: ran.append("run"), device, cuda=cuda) == 12345
+    assert cuda.calls == ["synchronize", "reset_peak_memory_stats(cuda:0)", "synchronize",
+                          "max_memory_allocated(cuda:0)"] and ran == ["run"]
+    cpu_cuda = StandInCuda(peak=1)
+    assert nb.allocator_peak_bytes(lambda: ran.append("run"), torch.device("cpu"), cuda=cpu_cuda) is None
+    assert cpu_cuda.calls == [] and ran == ["run"]
+
+
+class StandInMemory:
+    """Shaped like torch.cuda.memory's _record_memory_history and _dump_snapshot."""
+
+    def __init__(self):
+        self.calls = []
+
+    def _record_memory_history(self, enabled="all", context="all", stacks="all", max_entries=sys.maxsize,
+                               device=None):
+        self.calls.append(("record", enabled, max_entries))
+
+    def _dump_snapshot(self, filename="dump_snapshot.pickle"):
+        self.calls.append(("dump", filename))
+        with open(filename, "wb") as file:
+            file.write(b"x" * 1000)
+
+
+def test_the_snapshot_stand_in_accepts_what_the_real_functions_accept():
+    real = inspect.signature(torch.cuda.memory._record_memory_history).parameters
+    assert {"enabled", "max_entries"} <= set(real) and real["enabled"].default == "all"
+    assert "filename" in inspect.signature(torch.cuda.memory._dump_snapshot).parameters
+
+
+def test_record_snapshot_records_dumps_and_stops_recording(tmp_path):
+    memory, ran = StandInMemory(), []
+    path = tmp_path / "snap.pickle"
+    text = nb.record_snapshot(lambda: ran.append("run"), path, torch.device("cuda", 0), memory=memory)
+    assert memory.calls == [("record", "all", 100_000), ("dump", str(path)), ("record", None, sys.maxsize)]
+    assert ran == ["run"] and "pytorch.org/memory_viz" in text and path.stat().st_size == 1000
+
+
+def test_record_snapshot_stops_recording_when_the_run_fails(tmp_path):
+    memory = StandInMemory()
+
+    def failing():
+        raise RuntimeError("CUDA out of memory")
+
+    with pytest.raises(RuntimeError):
+        nb.record_snapshot(failing, tmp_path / "s.pickle", torch.device("cuda", 0), memory=memory)
+    assert memory.calls[-1] == ("record", None, sys.maxsize)
+
+
+def test_record_snapshot_without_cuda_records_nothing(tmp_path):
+    memory, ran = StandInMemory(), []
+    text = nb.record_snapshot(lambda: ran.append("run"), tmp_path / "s", torch.device("cpu"), memory=memory)
+    assert memory.calls == [] and ran == [] and "No CUDA GPU (cpu)" in text
+
+
+def test_snapshot_sketch_follows_a_training_step():
+    counts = {"weights": 4e6, "gradients": 4e6, "optimizer_state": 8e6, "activations": 20e6}
+    sketch = nb.snapshot_sketch(counts, steps=2, points=10)
+    assert len(sketch) == 2 * (2 * 10 + 1)
+    first_step = sketch.iloc[:20]
+    assert (first_step["optimizer state"] == 0).all() and sketch.iloc[20]["optimizer state"] == 8
+    assert sketch["activations"].max() == 20 and sketch.iloc[10]["activations"] == 20  # backward starts
+    assert sketch.iloc[10]["gradients"] == 0 and sketch.iloc[19]["activations"] == pytest.approx(2)
+    assert (sketch.iloc[:10]["gradients"] == 0).all() and sketch.iloc[20]["gradients"] == 4
+    assert (sketch["weights"] == 4).all()
+
+
+# The remedies
+
+
+def test_measure_all_counts_once_and_times_the_steps_in_turns():
+    calls = []
+    steps = {"a": lambda: calls.append("a") or {"weights": 1}, "b": lambda: calls.append("b") or {"weights": 2}}
+    results = nb.measure_all(steps, torch.device("cpu"), repeats=3)
+    assert calls == ["a", "b"] * 4
+    assert results["b"]["weights"] == 2 and results["a"]["step_ms"] >= 0
+
+
+def test_compare_to_baseline_gives_mb_saved_and_time_cost():
+    results = {"baseline": {"weights": 4e6, "gradients": 4e6, "optimizer_state": 8e6, "activations": 20e6,
+                            "step_ms": 100.0},
+               "smaller": {"weights": 4e6, "gradients": 4e6, "optimizer_state": 8e6, "activations": 5e6,
+                           "step_ms": 130.0}}
+    table = nb.compare_to_baseline(results)
+    assert table.loc["baseline", "total_MB"] == 36.0 and table.loc["smaller", "saved_MB"] == 15.0
+    assert table.loc["smaller", "time_cost_%"] == 30.0 and table.loc["baseline", "time_cost_%"] == 0.0
+
+
+@pytest.mark.parametrize("saved, cost, words", [
+    (1.0, 5.0, ["saves 1.0 MB", "about the same time"]), (1.0, 5.01, ["costs 5 % more"]),
+    (0.0, -5.0, ["saves nothing", "about the same time"]), (0.5, -5.01, ["is 5 % faster"])])
+def test_describe_remedy_at_its_edges(saved, cost, words):
+    text = nb.describe_remedy("x", {"saved_MB": saved, "time_cost_%": cost})
+    assert all(word in text for word in words), text
+
+
+@pytest.mark.parametrize("device_type, capability, dtype", [
+    ("cuda", (7, 5), torch.float16), ("cuda", (8, 0), torch.bfloat16), ("cuda", (7, 9), torch.float16),
+    ("cuda", None, torch.bfloat16), ("cpu", None, torch.bfloat16), ("mps", None, torch.bfloat16)])
+def test_low_precision_dtype_is_float16_only_before_capability_8(device_type, capability, dtype):
+    assert nb.low_precision_dtype(device_type, capability) == dtype
+
+
+def test_checkpointing_keeps_less_and_gives_the_same_gradients():
+    model = tiny_model()
+    inputs, labels = tiny_batch()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: the weights stay, the gradients stay
+    plain = nb.memory_of_step(model, sgd, inputs, labels)
+    plain_gradients = [p.grad.clone() for p in model.parameters()]
+    checkpointed = nn.Sequential(*[nb.Checkpointed(m) if isinstance(m, nb.Block) else m for m in model])
+    kept = nb.memory_of_step(checkpointed, sgd, inputs, labels)
+    assert kept["activations"] < plain["activations"] / 2
+    for gradient, p in zip(plain_gradients, model.parameters()):
+        torch.testing.assert_close(p.grad, gradient)
+
+
+def test_accumulation_step_keeps_one_part_and_gives_the_batch_gradients():
+    model = tiny_model()
+    inputs, labels = tiny_batch(16)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.0)
+    whole = nb.memory_of_step(model, sgd, inputs, labels)
+    whole_gradients = [p.grad.clone() for p in model.parameters()]
+    parts = nb.accumulation_step(model, sgd, inputs, labels, 4)
+    assert whole["activations"] / 4.5 < parts["activations"] < whole["activations"] / 3
+    assert nb.largest_difference([p.grad for p in model.parameters()], whole_gradients) \
+        < nb.ACCUMULATION_TOLERANCE
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])  # float16: the T4's branch
+def test_autocast_shrinks_activations_only_and_16_bit_weights_halve_everything(dtype):
+    model = tiny_model()
+    inputs, labels = tiny_batch(16)
+    adam = torch.optim.Adam(model.parameters())
+    baseline = nb.memory_of_step(model, adam, inputs, labels)
+    autocast = nb.autocast_step(model, adam, inputs, labels, dtype)
+    assert all(autocast[k] == baseline[k] for k in ("weights", "gradients", "optimizer_state"))
+    assert autocast["activations"] < baseline["activations"]
+    low_model = tiny_model().to(dtype)
+    low_adam = torch.optim.Adam(low_model.parameters())
+    low = nb.memory_of_step(low_model, low_adam, inputs.to(dtype), labels)
+    assert low["weights"] * 2 == baseline["weights"] and low["gradients"] * 2 == baseline["gradients"]
+    assert low["optimizer_state"] < baseline["optimizer_state"] * 0.55
+
+
+def test_accumulated_gradients_equal_one_batch_only_when_weighted_by_samples():
+    model = tiny_model()
+    inputs, labels = tiny_batch(16)
+    one = nb.accumulated_gradients(model, inputs, labels, [16])
+    for sizes in ([4, 4, 4, 4], [12, 4], [15, 1]):
+        right = nb.accumulated_gradients(model, inputs, labels, sizes, per_sample=True)
+        assert nb.largest_difference(right, one) < nb.ACCUMULATION_TOLERANCE, sizes
+    equal_parts_mistake = nb.accumulated_gradients(model, inputs, labels, [8, 8], per_sample=False)
+    assert nb.largest_difference(equal_parts_mistake, one) < nb.ACCUMULATION_TOLERANCE
+    mistake = nb.accumulated_gradients(model, inputs, labels, [12, 4], per_sample=False)
+    assert nb.largest_difference(mistake, one) > 100 * nb.ACCUMULATION_TOLERANCE
+
+
+def test_largest_difference_is_relative_to_the_largest_gradient():
+    reference = [torch.tensor([1.0, -2.0]), torch.tensor([0.5])]
+    assert nb.largest_difference([torch.tensor([1.0, -4.0]), torch.tensor([0.5])], reference) == 1.0
+    assert nb.largest_difference(reference, reference) == 0.0
+
+
+def test_forward_only_keeps_nothing_without_grad():
+    model = tiny_model()
+    inputs, _ = tiny_batch()
+    import contextlib
+    assert nb.forward_only(model, inputs, contextlib.nullcontext)["activations"] > 0
+    assert nb.forward_only(model, inputs, torch.no_grad)["activations"] == 0
+    assert nb.forward_only(model, inputs, torch.inference_mode)["activations"] == 0
+
+
+def remedy_names():
+    """The names the notebook gives its remedies, read from its cells, for both 16-bit formats."""
+    source = next(s for s in code_cells(read(notebook_path("08"))) if "remedies = {" in s)
+    tree = ast.parse(source)
+    keys = next(node.value.keys for node in tree.body
+                if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "remedies")
+    names = set()
+    for low_name in ("bfloat16", "float16"):
+        names |= {eval(compile(ast.Expression(key), "key", "eval"), {"low_name": low_name}) for key in keys}
+    return names - {"baseline"}
+
+
+def test_every_row_of_the_summary_has_advice():
+    names = remedy_names()
+    assert len(names) == 6  # 4 remedies, two 16-bit formats for two of them
+    evaluation = pd.DataFrame({"activations_MB": [4.0, 0.0, 0.0], "forward_ms": [10.0, 8.0, 7.0]},
+                              index=["training forward", "torch.no_grad()", "torch.inference_mode()"])
+    remedy_table = pd.DataFrame({"saved_MB": [0.0, 1.0], "time_cost_%": [0.0, 3.0]},
+                                index=["baseline", "activation checkpointing"])
+    summary = nb.summary_rows(remedy_table, {"saved_MB": 0.4, "time_cost_%": -1.0}, evaluation,
+                              {"processes": 2, "saved_MB": 8.0, "time_cost_%": 20.0})
+    assert [row[0] for row in summary] == ["activation checkpointing", "zero_grad(set_to_none=True)",
+                                           "inference_mode for evaluation", "FSDP2, 2 processes"]
+    assert summary[2][1:] == pytest.approx((4.0, -30.0))  # inference_mode against the training forward
+    for name in [*names, *(row[0] for row in summary)]:
+        assert nb.when_to_use(name), f"no advice for {name!r}"
+    assert not nb.when_to_use("something else")
+    without_fsdp = nb.summary_rows(remedy_table, {"saved_MB": 0.4, "time_cost_%": 0.0}, evaluation, None)
+    assert without_fsdp[-1][0] == "inference_mode for evaluation"
+
+
+# FSDP2: the version gate, the checks, ZeRO
+
+
+@pytest.mark.parametrize("version, backend, runs", [
+    ("2.6.0", "gloo", False), ("2.6.0+cpu", "gloo", False), ("2.6.9", "gloo", False),
+    ("2.7.0", "gloo", True), ("2.7.0a0+git1234", "gloo", True), ("2.14.1+cu130", "gloo", True),
+    ("2.6.0+cu124", "nccl", True)])
+def test_fsdp_gate_at_the_first_release_that_runs_fsdp2_over_gloo(version, backend, runs):
+    run, why = nb.fsdp_gate(version, backend)
+    assert run == runs
+    assert ("record_event" in why and "torch>=2.7" in why) == (not runs)
+
+
+def test_fsdp_gate_without_torch_distributed():
+    run, why = nb.fsdp_gate("2.14.1", "gloo", distributed_available=False)
+    assert not run and "no torch.distributed" in why
+
+
+@pytest.mark.parametrize("part, ok", [(110.0, True), (110.001, False), (90.0, True), (89.999, False)])
+def test_about_one_share_at_its_slack(part, ok):
+    assert nb.about_one_share(part, 200, 2, slack=0.1) == ok
+
+
+def fsdp_result(rank, weights, optimizer, losses=(1.0, 0.9), step_ms=10.0):
+    return {"rank": rank, "weights_bytes": weights, "gradients_bytes": weights, "optimizer_bytes": optimizer,
+            "losses": list(losses), "step_ms": step_ms}
+
+
+def test_shards_verdict_wants_shards_that_add_up_and_are_about_even():
+    reference = [fsdp_result(0, 1000, 2008)]
+    ok, text = nb.shards_verdict([fsdp_result(0, 500, 1004), fsdp_result(1, 500, 1004)], reference)
+    assert ok and "True" in text
+    assert not nb.shards_verdict([fsdp_result(0, 500, 1004), fsdp_result(1, 499, 1004)], reference)[0]
+    assert not nb.shards_verdict([fsdp_result(0, 600, 1004), fsdp_result(1, 400, 1004)], reference)[0]
+    assert not nb.shards_verdict([fsdp_result(0, 500, 1300), fsdp_result(1, 500, 700)], reference)[0]
+    assert nb.shards_verdict([], reference) == (False, "A launch reported no result: see its output above.")
+    table = nb.shard_table([fsdp_result(0, 500, 1004), fsdp_result(1, 500, 1004)], reference)
+    assert list(table["weights_share_%"]) == [50.0, 50.0] and table.loc[1, "optimizer_share_%"] == 50.0
+    assert nb.shard_table([], reference).empty
+
+
+@pytest.mark.parametrize("sharded, agree", [([4.0, 5.0], True), ([4.0, 5.01], False), ([4.0, 3.0], True),
+                                            ([4.0, 2.99], False), ([4.0], False)])
+def test_losses_verdict_at_its_tolerance(sharded, agree):
+    assert nb.losses_verdict([4.0, 4.0], sharded, rtol=0.25)[0] == agree
+    assert not nb.losses_verdict([], [], rtol=0.25)[0]
+
+
+@pytest.mark.parametrize("stage, processes, expected", [(0, 2, 16), (1, 2, 12), (2, 2, 10), (3, 2, 8),
+                                                        (3, 8, 2), (1, 8, 9), (2, 1, 16)])
+def test_bytes_per_weight_under_each_zero_stage(stage, processes, expected):
+    assert nb.bytes_per_weight_sharded(stage, processes) == expected
+
+
+# The FSDP2 script
+
+
+def function_source(name, text=SCRIPT_TEXT):
+    tree = ast.parse(text)
+    node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name)
+    return ast.get_source_segment(text, node)
+
+
+def test_the_script_carries_the_notebooks_own_model_code():
+    compile(SCRIPT_TEXT, "08_train_fsdp.py", "exec")
+    notebook_defs = {}
+    for source in code_cells(read(notebook_path("08"))):
+        for node in ast.parse(source).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                notebook_defs.setdefault(node.name, ast.dump(node))
+    for name in ("Block", "MeanOverTokens", "make_model", "make_batch"):
+        assert ast.dump(ast.parse(function_source(name)).body[0]) == notebook_defs[name], name
+
+
+def test_the_script_shards_each_block_then_the_model_and_builds_the_optimizer_after():
+    assert "from torch.distributed.fsdp import fully_shard" in SCRIPT_TEXT
+    assert "from torch.distributed.device_mesh import init_device_mesh" in SCRIPT_TEXT
+    main = function_source("main")
+    assert main.index("fully_shard(layer, mesh=mesh)") < main.index("fully_shard(model, mesh=mesh)") \
+        < main.index("torch.optim.Adam(model.parameters()")
+    assert "init_device_mesh(device.type, (world_size,))" in main
+    assert ast.unparse(ast.parse(main).body[0].body[-1]) == "leave_process_group()"
+
+
+@pytest.mark.parametrize("backend, calls", [
+    ("gloo", ["get_backend", "barrier", "destroy_process_group", "flush", "flush", "_exit(0)"]),
+    ("nccl", ["get_backend", "barrier", "destroy_process_group"])])
+def test_leave_process_group_exits_at_once_on_gloo_only(backend, calls):
+    done = []
+
+    class Dist:
+        get_backend = staticmethod(lambda: done.append("get_backend") or backend)
+        barrier = staticmethod(lambda: done.append("barrier"))
+        destroy_process_group = staticmethod(lambda: done.append("destroy_process_group"))
+
+    stream = type("Stream", (), {"flush": lambda self: done.append("flush")})()
+    namespace = {"dist": Dist, "sys": type("Sys", (), {"stdout": stream, "stderr": stream}),
+                 "os": type("Os", (), {"_exit": staticmethod(lambda code: done.append(f"_exit({code})"))})}
+    exec(function_source("leave_process_group"), namespace)
+    namespace["leave_process_group"]()
+    assert done == calls
+
+
+@pytest.mark.parametrize("gpu, cpu_only, backend, device", [
+    (True, False, "nccl", "cuda:1"), (True, True, "gloo", "cpu"), (False, False, "gloo", "cpu")])
+def test_start_process_group_picks_nccl_and_the_local_gpu_only_with_cuda(gpu, cpu_only, backend, device):
+    done = []
+
+    class Cuda:
+        is_available = staticmethod(lambda: gpu)
+        set_device = staticmethod(lambda d: done.append(f"set_device({d})"))
+
+    class Dist:
+        @staticmethod
+        def init_process_group(name, timeout):
+            done.append(f"init_process_group({name}, {timeout.total_seconds():.0f})")
+
+    stand_in_torch = type("Torch", (), {"cuda": Cuda, "device": torch.device})
+    import datetime
+    import os
+    namespace = {"torch": stand_in_torch, "dist": Dist, "datetime": datetime,
+                 "os": type("Os", (), {"environ": {**os.environ, "LOCAL_RANK": "1"}})}
+    exec(function_source("start_process_group"), namespace)
+    assert str(namespace["start_process_group"](cpu_only, 120)) == device
+    expected = ([f"set_device({device})"] if backend == "nccl" else []) + [f"init_process_group({backend}, 120)"]
+    assert done == expected
+
+
+def test_local_bytes_counts_only_the_local_shard_of_a_sharded_tensor():
+    namespace = {"torch": torch}
+    exec(function_source("local_bytes"), namespace)
+
+    class Sharded(torch.Tensor):  # shaped like a DTensor: the whole shape, to_local() the shard
+        pass
+
+    whole = torch.zeros(10).as_subclass(Sharded)
+    whole.to_local = lambda: torch.zeros(5)
+    assert namespace["local_bytes"]([whole, torch.zeros(3, dtype=torch.float16), None]) == 26
+
+
+def test_the_written_script_parses_its_options(tmp_path):
+    import subprocess
+    script = nb.write_script(tmp_path / "08_train_fsdp.py", [nb.SCRIPT_TOP, nb.SCRIPT_MODEL, nb.SCRIPT_MAIN])
+    help_text = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
+                               timeout=300, check=True).stdout
+    for option in ("--width", "--depth", "--batch", "--sequence", "--steps", "--no-fsdp", "--cpu",
+                   "--timeout-s"):
+        assert option in help_text
+
+
+# Launching: the command line, the time limit, and nothing left behind
+
+
+def test_a_launch_on_a_chosen_port_is_accepted_by_torchrun(tmp_path):
+    command = nb.torchrun_command(tmp_path / "s.py", 2, script_args=["--steps", 3], endpoint="127.0.0.1:29999",
+                                  run_id="nb08", log_dir=tmp_path)
+    args = torch.distributed.run.parse_args(command[3:])
+    assert not args.standalone and args.nproc_per_node == "2" and args.nnodes == "1"
+    assert (args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id) == ("c10d", "127.0.0.1:29999", "nb08")
+    assert args.training_script_args == ["--steps", "3"]
+
+
+@pytest.mark.parametrize("gpus, backend, cpu_flag", [(0, "gloo", False), (1, "gloo", True), (2, "nccl", False)])
+def test_launch_plan_shards_over_gpus_only_when_there_are_two(gpus, backend, cpu_flag):
+    plan = nb.launch_plan(gpus, 2)
+    assert (plan["backend"], "--cpu" in plan["script_args"]) == (backend, cpu_flag)
+    assert "FSDP" in nb.launch_plan(0, 2, "mps")["why"]
+
+
+def test_port_is_free_sees_a_listening_socket():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert not nb.port_is_free(port)
+    assert nb.port_is_free(port)
+
+
+PARENT_WITH_DETACHED_CHILD = """
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+print("child started", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_time_limit_stops_a_program_and_its_detached_child():
+    run = nb.run_launchers([[sys.executable, "-c", PARENT_WITH_DETACHED_CHILD]], time_limit_s=8, echo=False)
+    assert run["stopped"] and "time limit" in run["stopped"]
+    assert any("child started" in line for _, line in run["output"])
+    assert len(run["started"]) == 1 and run["leftovers"] == []
+    assert all(not nb.is_alive(pid) for pid in run["started"])
+
+
+def test_fsdp2_on_two_cpu_processes_holds_half_and_matches_one_process(tmp_path):
+    script = nb.write_script(tmp_path / "08_train_fsdp.py", [nb.SCRIPT_TOP, nb.SCRIPT_MODEL, nb.SCRIPT_MAIN])
+    args = ["--width", 32, "--depth", 1, "--batch", 8, "--sequence", 8, "--steps", 2, "--cpu"]
+    results, runs = [], []
+    for nproc, extra in [(1, ["--no-fsdp"]), (2, [])]:
+        port = nb.free_port()
+        command = nb.torchrun_command(script, nproc, script_args=[*args, *extra], endpoint=f"127.0.0.1:{port}",
+                                      run_id="test08", log_dir=tmp_path / str(nproc))
+        run = nb.run_launchers([command], time_limit_s=240, env=nb.launch_env(1), echo=False)
+        assert run["returncodes"] == [0] and run["stopped"] is None, run["output"][-20:]
+        assert len(run["started"]) >= nproc and run["leftovers"] == []
+        assert all(not nb.is_alive(pid) for pid in run["started"]) and nb.port_is_free(port)
+        results.append(nb.parse_results(run["output"]))
+    reference, sharded = results
+    assert [r["rank"] for r in sharded] == [0, 1] and reference[0]["world_size"] == 1
+    assert nb.shards_verdict(sharded, reference)[0]
+    assert sum(r["optimizer_bytes"] for r in sharded) > reference[0]["optimizer_bytes"]  # step counters
+    assert nb.losses_verdict(reference[0]["losses"], sharded[0]["losses"])[0]
+    assert sharded[0]["losses"] == sharded[1]["losses"]  # every process reports the mean of all
+
+
+# Every branch a GPU, Mac or AMD machine takes in notebook 08, and the test above that executes it.
+GPU_BRANCHES = {
+    "allocator_peak_bytes on CUDA: reset_peak_memory_stats, run, max_memory_allocated":
+        "test_allocator_peak_resets_runs_and_reads_the_peak_on_cuda_only",
+    "peak_verdict with the allocator's peak (CUDA), and without it on MPS":
+        "test_peak_verdict_at_its_edges",
+    "record_snapshot on CUDA: _record_memory_history, _dump_snapshot, stop recording":
+        "test_record_snapshot_records_dumps_and_stops_recording",
+    "record_snapshot stops recording when the recorded steps fail (CUDA out of memory)":
+        "test_record_snapshot_stops_recording_when_the_run_fails",
+    "low_precision_dtype: float16 below capability 8.0 (T4, V100), bfloat16 from 8.0 (CUDA, ROCm)":
+        "test_low_precision_dtype_is_float16_only_before_capability_8",
+    "autocast and 16-bit weights in float16 (the T4's format), run on the CPU":
+        "test_autocast_shrinks_activations_only_and_16_bit_weights_halve_everything",
+    "launch_plan: NCCL on 2 GPUs, gloo with --cpu on 1 GPU, gloo on MPS":
+        "test_launch_plan_shards_over_gpus_only_when_there_are_two",
+    "fsdp_gate over NCCL": "test_fsdp_gate_at_the_first_release_that_runs_fsdp2_over_gloo",
+    "the script's start_process_group: NCCL, set_device(cuda:LOCAL_RANK)":
+        "test_start_process_group_picks_nccl_and_the_local_gpu_only_with_cuda",
+    "the script's leave_process_group on NCCL: Python's own shutdown":
+        "test_leave_process_group_exits_at_once_on_gloo_only",
+}
+
+
+def test_every_gpu_branch_has_a_test_that_exists():
+    assert all(callable(globals().get(name)) for name in GPU_BRANCHES.values())

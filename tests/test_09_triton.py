@@ -1,0 +1,446 @@
+"""Notebook 09's helpers, its decisions at their boundaries, its GPU branches with stand-ins, and its
+three Triton kernels run for real under Triton's interpreter at the sizes where masks matter.
+
+The notebook defines its kernels with `@triton.jit` and `tl.constexpr` at the top level, while it
+imports triton only when it is installed (inside an `if`, which load_helpers skips). So the helpers
+are loaded with a stand-in `triton`/`tl` put into builtins for the moment of loading: the kernels
+become plain functions, and the pure helpers are what these tests call. The kernels themselves run in
+a subprocess that sets TRITON_INTERPRET=1 before it imports triton, as the notebook does: in this
+process another test may already have imported triton (torch.compile does), and then Triton's own
+functions (tl.max, tl.sum) would not run in the interpreter.
+"""
+import ast
+import builtins
+import importlib.metadata
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from unittest import mock
+
+import pytest
+import torch
+
+from notebook_code import load_helpers, notebook_path, read
+
+STAND_IN_TRITON = types.SimpleNamespace(jit=lambda function: function, constexpr=int)
+
+
+@pytest.fixture(scope="module")
+def nb():
+    with mock.patch.object(builtins, "triton", STAND_IN_TRITON, create=True), \
+            mock.patch.object(builtins, "tl", STAND_IN_TRITON, create=True):
+        return load_helpers("09")
+
+
+def cell_source(cell_id):
+    (cell,) = [cell for cell in read(notebook_path("09")).cells if cell.get("id") == cell_id]
+    return cell.source
+
+
+# --- Which way the kernels run: compiled, interpreted or shown ------------------------------------
+
+def test_triton_plan_for_each_kind_of_machine(nb):
+    assert nb.triton_plan("cuda", None)[0] == "shown"
+    assert nb.triton_plan("cpu", None)[0] == "shown"
+    assert "triton-windows" in nb.triton_plan("cpu", None)[1]
+    assert nb.triton_plan("cuda", "3.8.0")[0] == "compiled"  # NVIDIA, and AMD under ROCm
+    for device_type in ("cpu", "mps", "xpu"):
+        mode, reason = nb.triton_plan(device_type, "3.8.0")
+        assert mode == "interpreter" and "times" in reason
+
+
+@pytest.mark.parametrize("triton_version, numpy_version, broken", [
+    ("3.1.9", "1.26.4", True), ("3.1.0", "2.3.5", True), ("3.2.0", "2.3.5", False),
+    ("3.6.9", "2.4.0", True), ("3.6.0", "2.4.6", True), ("3.7.0", "2.4.0", False),
+    ("3.6.0", "2.3.99", False), ("3.2.0", "2.4.0", True), ("3.8.0+git1234", "2.4.6", False),
+    ("3.7.0rc1", "2.5.0", False),
+])
+def test_interpreter_problem_at_the_version_boundaries(nb, triton_version, numpy_version, broken):
+    problem = nb.interpreter_problem(triton_version, numpy_version)
+    assert (problem is not None) == broken, problem
+    if broken:
+        assert triton_version in problem
+
+
+def test_import_problem_only_when_triton_came_first_without_the_variable(nb):
+    assert "Restart the Jupyter kernel".lower() in nb.import_problem("interpreter", True, None).lower()
+    assert nb.import_problem("interpreter", True, "0") is not None
+    assert nb.import_problem("interpreter", True, "1") is None  # set on an earlier run of the cell
+    assert nb.import_problem("interpreter", False, None) is None
+    assert nb.import_problem("compiled", True, None) is None
+    assert nb.import_problem("shown", True, None) is None
+
+
+def run_plan_cell(nb, device_type, versions, monkeypatch, imported=False):
+    """Run the notebook's `plan` cell with a stand-in device, installed versions and `import`.
+
+    The cell's `import triton` gets a stand-in module, and `sys.modules` says whether triton was
+    imported before: this test process keeps its own triton untouched. Returns the cell's names and
+    the value TRITON_INTERPRET had when the cell imported triton ('not imported' if it did not).
+    """
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    stand_in = types.ModuleType("triton")
+    stand_in.language = types.ModuleType("triton.language")
+    at_import = ["not imported"]
+
+    def fake_import(name, *args, **kwargs):
+        if name.split(".")[0] == "triton":
+            at_import[0] = os.environ.get("TRITON_INTERPRET")
+            return stand_in
+        return builtins.__import__(name, *args, **kwargs)
+
+    namespace = {**vars(nb), "device": torch.device(device_type),
+                 "installed_version": lambda name: versions.get(name),
+                 "sys": types.SimpleNamespace(modules={"triton": stand_in} if imported else {}),
+                 "__builtins__": {**vars(builtins), "__import__": fake_import}}
+    exec(cell_source("plan"), namespace)
+    return namespace, at_import[0]
+
+
+def test_plan_cell_without_triton_defines_the_stand_in(nb, monkeypatch, capsys):
+    namespace, at_import = run_plan_cell(nb, "cpu", {"numpy": "2.4.6"}, monkeypatch)
+    assert namespace["TRITON_MODE"] == "shown" and at_import == "not imported"
+    assert os.environ.get("TRITON_INTERPRET") is None
+    assert isinstance(namespace["triton"], nb.KernelsShownOnly)
+    assert namespace["tl"].jit(len) is len
+    assert "not installed" in capsys.readouterr().out
+
+
+def test_plan_cell_on_a_cpu_sets_the_variable_first_and_names_a_known_problem(nb, monkeypatch, capsys):
+    namespace, at_import = run_plan_cell(nb, "cpu", {"triton": "3.6.0", "numpy": "2.4.6"}, monkeypatch)
+    assert namespace["TRITON_MODE"] == "interpreter" and at_import == "1"
+    assert namespace["tl"] is namespace["triton"].language
+    assert "3.6.0" in namespace["known_problem"]
+    assert "Known problem" in capsys.readouterr().out
+    namespace, _ = run_plan_cell(nb, "cpu", {"triton": "3.8.0", "numpy": "2.4.6"}, monkeypatch)
+    assert namespace["known_problem"] is None
+    namespace, _ = run_plan_cell(nb, "cpu", {"triton": "3.8.0", "numpy": "2.4.6"}, monkeypatch,
+                                 imported=True)
+    assert "Restart the Jupyter kernel".lower() in namespace["known_problem"].lower()
+
+
+def test_plan_cell_on_a_gpu_compiles_and_never_sets_the_variable(nb, monkeypatch):
+    # torch.device("cuda") can be made without a GPU: the cell only reads its type.
+    namespace, at_import = run_plan_cell(nb, "cuda", {"triton": "3.1.0", "numpy": "2.4.6"}, monkeypatch,
+                                         imported=True)
+    assert namespace["TRITON_MODE"] == "compiled" and at_import is None
+    assert namespace["known_problem"] is None  # the interpreter's breakages do not matter there
+
+
+# --- The sizes, and the check that guards every result ---------------------------------------------
+
+def test_problem_sizes_leave_the_last_block_partly_filled_and_stay_small_under_the_interpreter(nb):
+    for mode in ("compiled", "interpreter", "shown"):
+        for fast in (True, False):
+            sizes = nb.problem_sizes(mode, fast)
+            assert sizes["vector"] % 256 != 0
+            assert sizes["softmax"][1] != nb.softmax_block(sizes["softmax"][1])
+            if mode != "compiled":
+                assert any(size % 32 for size in sizes["matmul"])
+                assert sizes["vector"] <= 200_000 and max(sizes["matmul"]) <= 256
+    assert nb.problem_sizes("compiled", False)["vector"] > nb.problem_sizes("interpreter", False)["vector"]
+    assert nb.problem_sizes("interpreter", True)["vector"] < nb.problem_sizes("interpreter", False)["vector"]
+
+
+def test_check_kernel_passes_fails_and_skips(nb):
+    expected = torch.arange(5.0)
+    status, verdict, result = nb.check_kernel("k", lambda: expected.clone(), expected, "interpreter")
+    assert status == "passed" and "interpreter" in verdict and torch.equal(result, expected)
+    assert "on the GPU" in nb.check_kernel("k", lambda: expected.clone(), expected, "compiled")[1]
+    # A broken interpreter: all zeros, or an exception; the result is never handed back.
+    status, verdict, result = nb.check_kernel("k", lambda: torch.zeros(5), expected, "interpreter",
+                                              known_problem="old triton")
+    assert status == "failed" and result is None
+    assert "Mismatched elements" in verdict and "Known cause: old triton" in verdict
+
+    def broken():
+        raise TypeError("only 0-dimensional arrays can be converted to Python scalars")
+
+    status, verdict, result = nb.check_kernel("k", broken, expected, "interpreter")
+    assert status == "failed" and "TypeError" in verdict and "Known cause" not in verdict
+    called = []
+    status, verdict, result = nb.check_kernel("k", lambda: called.append(1), expected, "shown")
+    assert status == "not run" and called == [] and result is None
+
+
+def test_check_kernel_uses_the_tolerance_it_is_given(nb):
+    expected = torch.ones(4)
+    nearly = expected + 5e-3
+    assert nb.check_kernel("k", lambda: nearly, expected, "compiled")[0] == "failed"
+    tolerance = nb.matmul_tolerance("compiled")
+    assert nb.check_kernel("k", lambda: nearly, expected, "compiled", **tolerance)[0] == "passed"
+    assert nb.matmul_tolerance("interpreter")["rtol"] < tolerance["rtol"]
+
+
+# --- Byte counts and block sizes --------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_cols, block", [(1, 1), (2, 2), (3, 4), (64, 64), (65, 128), (1000, 1024)])
+def test_softmax_block_is_the_next_power_of_two(nb, n_cols, block):
+    assert nb.softmax_block(n_cols) == block
+
+
+def test_softmax_traffic_counts_every_kernel(nb):
+    rows, cols = 3, 7
+    unfused = nb.softmax_traffic(rows, cols, fused=False)
+    assert len(unfused) == 5
+    assert sum(read for _, read, _ in unfused) == 4 * (5 * rows * cols + 2 * rows)
+    assert sum(written for _, _, written in unfused) == 4 * (3 * rows * cols + 2 * rows)
+    (fused,) = nb.softmax_traffic(rows, cols, fused=True)
+    assert fused[1:] == (4 * rows * cols, 4 * rows * cols)
+    assert nb.softmax_traffic(rows, cols, fused=True, bytes_per_number=2)[0][1] == 2 * rows * cols
+    table = nb.traffic_table(1000, 1000)
+    moved = (table.read_MB + table.written_MB).groupby(level="version", sort=False).sum()
+    assert moved.iloc[0] / moved.iloc[1] == pytest.approx(4, rel=0.01)
+
+
+def test_matmul_traffic_at_the_tile_boundaries(nb):
+    M, N, K = 64, 48, 32
+    assert nb.matmul_traffic(M, N, K, 1, 1) == 4 * 2 * M * N * K  # one element per program
+    assert nb.matmul_traffic(M, N, K, M, N) == 4 * (M * K + K * N)  # one tile: every number once
+    assert nb.matmul_traffic(M, N + 1, K, M, N) == 4 * (2 * M * K + K * (N + 1))  # a second column
+    assert nb.matmul_traffic(M + 1, N, K, M, N) == 4 * ((M + 1) * K + 2 * K * N)  # a second row
+    assert nb.matmul_traffic(M, N, K, 32, 16) < nb.matmul_traffic(M, N, K, 16, 16)
+
+
+@pytest.mark.parametrize("blocks, allowed", [((16, 16, 16), True), ((32, 64, 128), True),
+                                             ((8, 16, 16), False), ((16, 15, 16), False),
+                                             ((16, 16, 48), False), ((16, 16, 17), False)])
+def test_block_problem_at_its_boundaries(nb, blocks, allowed):
+    assert (nb.block_problem(*blocks) is None) == allowed
+
+
+# --- Step 4 on a GPU, with stand-ins ----------------------------------------------------------------
+
+def test_published_peaks_by_name(nb):
+    assert nb.published_peaks("Tesla T4") == (320, 8.1)
+    assert nb.published_peaks("NVIDIA A100-SXM4-40GB") == (1555, 19.5)
+    assert nb.published_peaks("NVIDIA L40S") == (None, None)  # L4 must not match L40S
+    assert nb.published_peaks("AMD Instinct MI300X") == (None, None)
+
+
+def test_speed_table_from_stand_in_timings(nb, capsys):
+    x = y = torch.ones(1000)
+    matrix, a, b = torch.ones(10, 100), torch.ones(8, 4), torch.ones(4, 6)
+    candidates = nb.speed_candidates(x, y, matrix, a, b, compiled_softmax=None)
+    assert [c[1] for c in candidates].count("torch.compile of the five") == 1
+    assert [c for c in candidates if c[1] == "torch.compile of the five"][0][2] is None
+
+    def seconds_of(function):  # stand-in for time_it: 1 ms, and one version that fails
+        if function is candidates[1][2]:
+            raise RuntimeError("launch failed")
+        return 1e-3
+
+    table = nb.speed_table(candidates, seconds_of, (320, 8.1))
+    vector = table.loc[("vector add", "PyTorch x + y")]
+    assert vector.GB_per_s == pytest.approx(3 * 1000 * 4 / 1e-3 / 1e9, abs=0.01)
+    assert vector.share_of_peak_pct == pytest.approx(100 * vector.GB_per_s / 320, abs=0.01)
+    assert math.isnan(table.loc[("vector add", "your add_kernel")].ms)
+    assert "not timed, RuntimeError" in capsys.readouterr().out
+    assert math.isnan(table.loc[("row softmax", "torch.compile of the five")].ms)
+    product = table.loc[("matrix product", "PyTorch a @ b (cuBLAS)")]
+    assert product.TFLOP_per_s == pytest.approx(round(2 * 8 * 4 * 6 / 1e-3 / 1e12, 2))
+    assert product.share_of_peak_pct == pytest.approx(round(100 * 2 * 8 * 4 * 6 / 1e-3 / 1e12 / 8.1, 2))
+    unfused = table.loc[("row softmax", "five PyTorch operations")].GB_per_s
+    assert unfused > table.loc[("row softmax", "torch.softmax")].GB_per_s  # more bytes in the same time
+    no_peaks = nb.speed_table(candidates[:1], lambda f: 1e-3, (None, None))
+    assert math.isnan(no_peaks.share_of_peak_pct.iloc[0])
+
+
+def test_step_4_gpu_branch_runs_with_stand_ins(nb):
+    """The `speed` cell as a GPU runs it: torch.compile, the device name and time_it are stand-ins."""
+    shown = []
+    stand_in_torch = types.SimpleNamespace(
+        compile=lambda function: function, softmax=torch.softmax,
+        cuda=types.SimpleNamespace(get_device_name=lambda device: "Tesla T4"))
+    namespace = {**vars(nb), "TRITON_MODE": "compiled", "torch": stand_in_torch,
+                 "device": torch.device("cuda"), "display": shown.append,
+                 "time_it": lambda function, device, repeats, warmup: 2e-3,
+                 "x": torch.ones(100), "y": torch.ones(100), "matrix": torch.ones(4, 10),
+                 "a": torch.ones(8, 4), "b": torch.ones(4, 6)}
+    exec(cell_source("speed"), namespace)
+    (table,) = shown
+    assert len(table) == 8 and table.ms.eq(2.0).all() and table.share_of_peak_pct.notna().all()
+
+
+def test_no_timing_message_says_why(nb):
+    assert "mean nothing" in nb.no_timing_message("interpreter")
+    assert "Without Triton" in nb.no_timing_message("shown")
+
+
+# --- Step 5: Inductor's plan and its generated code --------------------------------------------------
+
+def test_inductor_plan_for_each_device(nb):
+    assert nb.inductor_plan("cuda", None, True) == (True, "Inductor writes Triton kernels for your GPU")
+    assert nb.inductor_plan("cuda", "/usr/bin/g++", False)[0] is False
+    assert nb.inductor_plan("cpu", "/usr/bin/g++", False)[0] is True  # no Triton needed on a CPU
+    assert "g++" in nb.inductor_plan("cpu", "/usr/bin/g++", True)[1]
+    assert nb.inductor_plan("cpu", None, True)[0] is False
+    assert nb.inductor_plan("mps", "/usr/bin/clang++", False)[0] is False
+
+
+def test_find_cpp_compiler_follows_cxx_and_the_platform(nb):
+    seen = []
+    nb.find_cpp_compiler("linux", {}, lambda name: seen.append(name))
+    nb.find_cpp_compiler("darwin", {}, lambda name: seen.append(name))
+    nb.find_cpp_compiler("win32", {}, lambda name: seen.append(name))
+    nb.find_cpp_compiler("linux", {"CXX": "clang++-19"}, lambda name: seen.append(name))
+    assert seen == ["g++", "clang++", "cl", "clang++-19"]
+
+
+PREFIX = ("V1123 19:42:28.446000 16573 /venv/lib/python3.11/site-packages/torch/_inductor/"
+          "codecache.py:2145] [0/0] [__output_code] ")
+
+
+def as_log(code):
+    """Lines as the output_code log prints them: each with the logger's prefix."""
+    return "\n".join(PREFIX + line for line in textwrap.dedent(code).strip("\n").splitlines())
+
+
+# Shaped as torch/_inductor/codegen/triton.py writes a kernel into the wrapper (async_compile.triton
+# with the name, the source between ''' and ''', then device_str), and codegen/cpp.py a C++ one
+# (async_compile.cpp_pybinding with the argument types and r''').
+TRITON_LOG = as_log('''
+    Output code:
+    from torch._inductor.async_compile import AsyncCompile
+    async_compile = AsyncCompile()
+
+    # kernel path: /tmp/torchinductor_user/ab/cab.py
+    triton_poi_fused_add_mul_relu_0 = async_compile.triton('triton_poi_fused_add_mul_relu_0', \'\'\'
+    import triton
+    import triton.language as tl
+
+    @triton_heuristics.pointwise(size_hints={'x': 1024}, filename=__file__)
+    @triton.jit
+    def triton_poi_fused_add_mul_relu_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+        xnumel = 1000
+        xoffset = tl.program_id(0) * XBLOCK
+        xindex = xoffset + tl.arange(0, XBLOCK)[:]
+        xmask = xindex < xnumel
+        tl.store(out_ptr0 + (x0), tmp6, xmask)
+    \'\'\', device_str='cuda')
+
+
+    async_compile.wait(globals())
+    ''')
+CPP_LOG = as_log('''
+    Output code:
+    cpp_fused_add_mul_relu_0 = async_compile.cpp_pybinding(['const float*', 'float*'], r\'\'\'
+    #include <torch/csrc/inductor/cpp_prefix.h>
+    extern "C"  void  kernel(const float* in_ptr0,
+                           float* out_ptr0)
+    {
+    }
+    \'\'\')
+    ''')
+
+
+def test_generated_kernels_from_a_triton_log(nb):
+    (kernel,) = nb.generated_kernels(TRITON_LOG)
+    name, language, source = kernel
+    assert name == "triton_poi_fused_add_mul_relu_0" and language == "python"
+    assert source.startswith("@triton.jit") and source.endswith("tl.store(out_ptr0 + (x0), tmp6, xmask)")
+    assert "V1123" not in source and "device_str" not in source
+
+
+def test_generated_kernels_from_a_cpp_log_and_from_two(nb):
+    (kernel,) = nb.generated_kernels(CPP_LOG)
+    assert kernel[:2] == ("cpp_fused_add_mul_relu_0", "cpp")
+    assert kernel[2].startswith("#include") and kernel[2].endswith("}")
+    assert [k[0] for k in nb.generated_kernels(TRITON_LOG + "\n" + CPP_LOG)] == [
+        "triton_poi_fused_add_mul_relu_0", "cpp_fused_add_mul_relu_0"]
+    assert nb.generated_kernels("") == []
+
+
+# --- The kernels themselves, under Triton's interpreter ----------------------------------------------
+
+KERNEL_FUNCTIONS = ["add_kernel", "add", "softmax_in_steps", "softmax_kernel", "softmax_block",
+                    "softmax", "matmul_kernel", "matmul", "check_kernel", "matmul_tolerance"]
+
+RUNNER = r'''
+import json, os, sys
+os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported, as the notebook does
+import torch
+import triton
+import triton.language as tl
+sys.path.insert(0, sys.argv[1])
+from kernels09 import *
+
+failures = []
+def expect(name, status, verdict):
+    if status != "passed":
+        failures.append(verdict)
+
+for n in (1, 255, 256, 257, 1000):  # inside one block, exactly full blocks, one past a block
+    x, y = torch.randn(n), torch.randn(n)
+    expect(n, *check_kernel(f"add n={n}", lambda: add(x, y), x + y, "interpreter")[:2])
+for rows, cols in ((3, 1), (3, 64), (3, 65), (2, 1000)):
+    m = torch.randn(rows, cols)
+    expect(cols, *check_kernel(f"softmax {rows}x{cols}", lambda: softmax(m), torch.softmax(m, 1),
+                               "interpreter")[:2])
+    expect(cols, *check_kernel(f"in steps {rows}x{cols}", lambda: softmax_in_steps(m),
+                               torch.softmax(m, 1), "interpreter")[:2])
+for (M, N, K), blocks in (((32, 32, 32), (32, 32, 32)), ((33, 31, 17), (32, 32, 32)),
+                          ((1, 1, 1), (16, 16, 16)), ((48, 40, 56), (16, 16, 16)),
+                          ((20, 70, 40), (16, 64, 32))):
+    a, b = torch.randn(M, K), torch.randn(K, N)
+    expect(M, *check_kernel(f"matmul {M}x{N}x{K} {blocks}", lambda: matmul(a, b, blocks), a @ b,
+                            "interpreter", **matmul_tolerance("interpreter"))[:2])
+print(json.dumps(failures))
+'''
+
+
+def kernel_module_source():
+    """The notebook's kernels and their launch functions, as a module file (decorators kept)."""
+    wanted = {}
+    for cell in read(notebook_path("09")).cells:
+        if cell.cell_type == "code":
+            for node in ast.parse(cell.source).body:
+                if isinstance(node, ast.FunctionDef) and node.name in KERNEL_FUNCTIONS:
+                    wanted[node.name] = ast.unparse(node)
+    assert sorted(wanted) == sorted(KERNEL_FUNCTIONS)
+    header = "import math\nimport torch\nimport triton\nimport triton.language as tl\n\n\n"
+    return header + "\n\n\n".join(wanted[name] for name in KERNEL_FUNCTIONS) + "\n"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton installed")
+def test_the_kernels_match_pytorch_under_the_interpreter_at_their_block_boundaries(tmp_path):
+    (tmp_path / "kernels09.py").write_text(kernel_module_source())
+    environment = {**os.environ, "TRITON_INTERPRET": "1"}
+    result = subprocess.run([sys.executable, "-c", RUNNER, str(tmp_path)], env=environment,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+def test_the_notebook_imports_triton_only_after_setting_the_variable():
+    source = cell_source("plan")
+    assert source.index('os.environ["TRITON_INTERPRET"] = "1"') < source.index("import triton")
+    code = [cell.source for cell in read(notebook_path("09")).cells if cell.cell_type == "code"]
+    before_plan = "\n".join(code[:code.index(source)])
+    assert "import triton" not in before_plan and "torch.compile" not in before_plan
+    assert "torch._dynamo" not in before_plan and "torch._inductor" not in before_plan
+
+
+@pytest.mark.parametrize("version, problem", [(None, "not installed"), ("3.1.9", "3.2 or newer is needed"),
+                                              ("3.2.0", None), ("3.8.0+git", None)])
+def test_install_cell_treats_triton_as_optional_from_3_2(nb, version, problem):
+    versions = {"torch": "2.14.1", "numpy": "2.4.6", "pandas": "3.1.1", "matplotlib": "3.11.2",
+                "triton": version}
+
+    def installed(name):
+        if versions.get(name) is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return versions[name]
+
+    problems, limits = nb.package_problems(nb.PACKAGES, installed)
+    assert limits == {}
+    assert (problems.get("triton") is None) == (problem is None)
+    if problem:
+        assert problem in problems["triton"]
+        report = " ".join(nb.setup_report(problems, nb.PACKAGES, hosted=True).split())
+        assert "Everything else still works: without triton, the kernels are shown, not run" in report
