@@ -771,8 +771,9 @@ NO_DDGS_CELL = f"""\
 import sys
 sys.modules["ddgs"] = None  # from here on `import ddgs` fails, as it does when the package is missing
 UNAVAILABLE.add("ddgs")
+UNAVAILABLE_WHY["ddgs"] = "not installed"
 UNAVAILABLE.add("fastai export")
-globals().setdefault("UNAVAILABLE_WHY", {{}})["fastai export"] = {EXPORT_BROKEN_WHY!r}
+UNAVAILABLE_WHY["fastai export"] = {EXPORT_BROKEN_WHY!r}
 print("ddgs and fastai's export made unavailable by the test")"""
 
 
@@ -830,7 +831,9 @@ def test_the_export_cell_asks_the_setup_cells_names():
     assert ast.unparse(branch.test) == "skip_reason"
     assert "print(skip_reason)" in ast.unparse(branch.body)
     assert "learn.export" in ast.unparse(branch.orelse) and "load_learner" in ast.unparse(branch.orelse)
-    assert "export_skip_reason(UNAVAILABLE, " in source and "UNAVAILABLE_WHY" in source
+    assert "export_skip_reason(UNAVAILABLE, UNAVAILABLE_WHY)" in source
+    install_cell = code_cells(read(notebook_path("03")))[0]
+    assert "UNAVAILABLE_WHY = " in install_cell and "UNAVAILABLE = set(UNAVAILABLE_WHY)" in install_cell
 
 
 # ---------------------------------------------------------------- stand-in data, batch size, learner weights
