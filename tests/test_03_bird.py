@@ -261,18 +261,25 @@ def first_look(nb, tmp_path, monkeypatch):
 
 
 def test_first_look_downloads_the_first_result_that_is_a_picture_and_keeps_the_search(nb, tmp_path, server,
-                                                                                      first_look):
+                                                                                      first_look, capsys):
     urls = [f"{server}/missing.jpg", f"{server}/page.jpg", f"{server}/good-big.jpg", f"{server}/good.png"]
     ddgs, calls = fake_ddgs([ddgs_result(url) for url in urls])
     first_look(ddgs)
     dest = tmp_path / "first_look" / "bird.jpg"
-    photo, detail = nb.search_first_photo("bird photo", dest, online=True, search_installed=True)
+    photo, detail = nb.search_first_photo("bird photo", dest, "search", online=True, search_installed=True)
     assert (photo, detail) == (dest, f"{server}/good-big.jpg")  # the 404 and the web page were skipped
     assert nb.picture_decodes(dest) and Image.open(dest).size == (600, 450)
     assert sorted(path.name for path in dest.parent.iterdir()) == ["bird.jpg"]  # no .part left behind
     assert PictureServer.requests == ["/missing.jpg", "/page.jpg", "/good-big.jpg"]  # stops at the photo
     assert calls == [{"query": "bird photo", "max_results": 100, "timeout": 10}]
     assert nb.first_look_source(photo, None) == "search"
+    forest = tmp_path / "first_look" / "forest.jpg"
+    forest.write_bytes(jpeg_bytes(30, 20))
+    nb.show_first_look({"bird": (photo, detail), "forest": (forest, "u/f")},
+                       {"bird": "bird photo", "forest": "forest photo"}, tmp_path / "no_folder")
+    out = capsys.readouterr().out
+    assert f"bird: the first photo the search for 'bird photo' found, from {server}/good-big.jpg" in out
+    assert "STAND-IN" not in out and "prepared" not in out
 
     def no_search(query, max_images):
         raise AssertionError("Step 2 must reuse the first look's search")
@@ -287,7 +294,7 @@ def test_first_look_with_failed_downloads_shows_a_labelled_standin_or_the_prepar
     ddgs, _ = fake_ddgs([ddgs_result(f"{server}/missing.jpg"), ddgs_result("http://127.0.0.1:9/refused.jpg")])
     first_look(ddgs)
     dest = tmp_path / "first_look" / "bird.jpg"
-    photo, problem = nb.search_first_photo("bird photo", dest, online=True, search_installed=True)
+    photo, problem = nb.search_first_photo("bird photo", dest, "search", online=True, search_installed=True)
     assert photo is None and not dest.exists() and not dest.with_name("bird.jpg.part").exists()
     assert problem.startswith("the download failed (URLError:")  # the last one tried: refused
     assert "\n" not in problem
@@ -304,19 +311,19 @@ def test_first_look_with_failed_downloads_shows_a_labelled_standin_or_the_prepar
     nb.show_first_look(first_photos, {"bird": "bird photo", "forest": "forest photo"}, tmp_path / "prepared")
     out = capsys.readouterr().out
     assert out.count("the first photo of the prepared folder") == 2 and "STAND-IN" not in out
-    assert "Online, with ddgs" in out
+    assert "Online, with ddgs" not in out  # a photo: nothing to excuse
 
 
 def test_first_look_when_the_search_is_blocked_or_finds_no_picture(nb, tmp_path, first_look):
     ddgs, calls = fake_ddgs(DDGSException("202 Ratelimit"))
     pauses = first_look(ddgs)
-    photo, problem = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", True, True)
+    photo, problem = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", "search", True, True)
     assert photo is None and "failed 2 times" in problem and "Ratelimit" in problem
     assert len(calls) == 2 and pauses == [5.0]  # a short retry: the first look goes on soon
 
     no_images, calls = fake_ddgs([{"title": "a result without a picture URL", "image": ""}])
     first_look(no_images)
-    photo, problem = nb.search_first_photo("forest photo", tmp_path / "forest.jpg", True, True)
+    photo, problem = nb.search_first_photo("forest photo", tmp_path / "forest.jpg", "search", True, True)
     assert photo is None and "no pictures" in problem
 
 
@@ -325,10 +332,26 @@ def test_first_look_without_a_search_does_not_try_one(nb, tmp_path, online, sear
     def must_not_search(query):
         raise AssertionError("no search can run")
 
-    photo, problem = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", online, search_installed,
-                                           find_urls=must_not_search)
+    photo, problem = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", "stand-in", online,
+                                           search_installed, find_urls=must_not_search)
     assert photo is None and problem.startswith("no search can run, because ")
     assert ("no internet" in problem) == (not online) and ("not installed" in problem) == (not search_installed)
+
+
+@pytest.mark.parametrize("plan, searched", [("reuse", False), ("search", True), ("stand-in", True)])
+def test_first_look_uses_no_network_when_the_plan_is_reuse(nb, tmp_path, plan, searched):
+    """A prepared folder (a workshop, or a rerun) means no network at all; otherwise the search runs
+    whenever it can, even when Step 2 will not (the plan may be 'stand-in' after a failed search)."""
+    asked = []
+
+    def find_urls(query):
+        asked.append(query)
+        return None, "the search failed"
+
+    photo, detail = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", plan, True, True,
+                                          find_urls=find_urls)
+    assert photo is None and (asked == ["bird photo"]) == searched
+    assert ("nothing is searched or downloaded" in detail) == (not searched)
 
 
 @pytest.mark.parametrize("bad_results, found", [(4, True), (5, False)])
@@ -346,7 +369,7 @@ def test_first_look_tries_exactly_five_results(nb, tmp_path, bad_results, found)
         dest.write_bytes(jpeg_bytes(40, 30))
         return dest
 
-    photo, detail = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", True, True,
+    photo, detail = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", "search", True, True,
                                           find_urls=lambda query: (urls, None), download=download)
     assert (photo is not None) == found and len(tried) == min(len(urls), 5)
     assert detail == ("https://good.example/bird.jpg" if found else
