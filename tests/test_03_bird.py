@@ -946,3 +946,50 @@ def test_a_damaged_weights_file_falls_back_too(nb, tiny_dls, torch_home, capsys)
     _, pretrained = nb.make_learner(tiny_dls)
     assert pretrained is False
     assert "RuntimeError" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- Going deeper's GPU branch: train again on the CPU
+
+def run_cpu_comparison_cell(device):
+    """Run the notebook's own 'same training on the CPU' cell with `device` as the chosen device; the data
+    block, the learner and the training are stand-ins that record which device they were asked for."""
+    (source,) = [cell.source for cell in read(notebook_path("03")).cells if cell.get("id") == "cell-29"]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"fastai\.")
+        space = load_helpers("03").time_it.__globals__  # a fresh namespace, as the notebook has it
+    asked = []
+
+    class Block:
+        def dataloaders(self, folder, device=None, bs=None):
+            asked.append(("dataloaders", device, bs))
+            return "cpu dataloaders"
+
+    def make_learner(dls):
+        asked.append(("make_learner", dls))
+        return "cpu learner", True
+
+    def train(learn, pretrained):
+        asked.append(("train", learn, pretrained))
+        time.sleep(0.02)
+
+    space.update(device=device, train_seconds=0.01, block=Block(), data_folder="data/bird_or_not", batch_size=16,
+                 make_learner=make_learner, train=train)
+    exec(compile(source, "<notebook 03, cell-29>", "exec"), space)
+    return space, asked
+
+
+def test_on_a_gpu_going_deeper_trains_once_more_on_the_cpu(capsys):
+    space, asked = run_cpu_comparison_cell(torch.device("cuda"))
+    assert asked == [("dataloaders", torch.device("cpu"), 16), ("make_learner", "cpu dataloaders"),
+                     ("train", "cpu learner", True)]
+    assert [row["device"] for row in space["timings"][:2]] == ["cuda", "cpu"]
+    assert space["timings"][1]["train_s"] >= 0.02
+    out = capsys.readouterr().out
+    assert out.startswith("Speed-up of cuda over the CPU, this run: ") and " x" in out
+
+
+def test_on_the_cpu_going_deeper_does_not_train_again(capsys):
+    space, asked = run_cpu_comparison_cell(torch.device("cpu"))
+    assert asked == [] and [row["device"] for row in space["timings"]] == ["cpu", "cuda", "cpu"]
+    assert "the time above is already the CPU time" in capsys.readouterr().out
