@@ -5,6 +5,14 @@ environment; `--full-size` runs the notebooks at the size a learner gets instead
 The notebook kernels that nbval starts inherit this process's environment.
 """
 import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# The tests' own modules (notebook_code, helper_coverage) live in tests/, which has no __init__.py.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
+pytest_plugins = ["helper_coverage"]  # branch coverage of the notebooks' helpers, printed at the end
 
 
 def pytest_addoption(parser):
@@ -39,3 +47,19 @@ def run_order(nodeid):
 
 def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: run_order(item.nodeid))  # stable: a file's tests keep their order
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """After nbval ran a notebook cell without error: check the verdicts it must print on this machine
+    (tests/verdicts.py), which nbval itself does not compare."""
+    result = yield
+    outputs, cell = getattr(item, "test_outputs", None), getattr(item, "cell", None)
+    if outputs is not None and cell is not None:  # an nbval cell (nbval.plugin.IPyNbCell)
+        from verdicts import describe_missing, missing_verdicts
+
+        notebook = item.path.name[:2]
+        missing = missing_verdicts(notebook, cell.get("id"), outputs)
+        if missing:
+            raise AssertionError(describe_missing(notebook, cell.get("id"), missing, outputs))
+    return result

@@ -6,6 +6,7 @@ notebook, never its work: import statements, function and class definitions, and
 UPPER_CASE constants whose value is a plain literal.
 """
 import ast
+import os
 import re
 import types
 from pathlib import Path
@@ -48,16 +49,90 @@ def _is_literal_constant(node):
     return True
 
 
+def is_definition(node):
+    """True for what load_helpers keeps of a cell: imports, functions, classes, literal constants."""
+    keep = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return isinstance(node, keep) or _is_literal_constant(node)
+
+
+# load_helpers writes each notebook's definitions to a real file here (git ignores the folder), so
+# that coverage.py can attribute lines and branches to them and tracebacks show their code.
+HELPER_DIR = REPO / ".test-cache" / "notebook_helpers"
+_HEADER = "# ---- cell {index} of {name}, cell id {cell_id}: its lines 1-{lines} follow ----"
+
+
+def _statement_lines(node):
+    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    return range(start, node.end_lineno + 1)
+
+
+def _definitions_only(source):
+    """`source` with every top-level statement that is not a definition blanked out, line for
+    line, so that a line of the result is the same line of the cell."""
+    lines = source.splitlines()
+    kept, dropped = set(), set()
+    for node in ast.parse(source).body:
+        (kept if is_definition(node) else dropped).update(_statement_lines(node))
+    shared = kept & dropped
+    assert not shared, f"a definition shares line {min(shared)} with other work: {lines[min(shared) - 1]!r}"
+    return [("" if number in dropped else line) for number, line in enumerate(lines, start=1)]
+
+
+def helper_source(prefix):
+    """(text of the generated helper file of notebook `prefix`, its line map): each code cell's
+    definitions at their own line numbers below a header line; line_map[n - 1] is
+    (cell index in the notebook, cell id, line in the cell) for line n, or None for a header."""
+    path = notebook_path(prefix)
+    text, line_map = [], []
+    for index, cell in enumerate(read(path).cells):
+        if cell.cell_type != "code":
+            continue
+        lines = _definitions_only(cell.source)
+        text.append(_HEADER.format(index=index, name=path.name, cell_id=cell.get("id"), lines=len(lines)))
+        line_map.append(None)
+        text += lines
+        line_map += [(index, cell.get("id"), number) for number in range(1, len(lines) + 1)]
+    return "\n".join(text) + "\n", line_map
+
+
+def helper_file(prefix):
+    """Where load_helpers writes notebook `prefix`'s definitions: `.test-cache/notebook_helpers/05_....py`."""
+    return HELPER_DIR / f"{notebook_path(prefix).stem}.py"
+
+
+def write_helper_file(prefix):
+    """Write helper_file(prefix) when it is missing or out of date; returns its path. Atomic:
+    parallel test workers write the same file."""
+    text, _ = helper_source(prefix)
+    path = helper_file(prefix)
+    if not (path.is_file() and path.read_text() == text):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(text)
+        os.replace(temporary, path)
+    return path
+
+
 def load_helpers(prefix):
-    """Run the definitions (not the work) of notebook `prefix` and return them as a namespace."""
-    keep = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
+    """Run the definitions (not the work) of notebook `prefix` and return them as a namespace.
+
+    They run from a generated file, helper_file(prefix), so that coverage.py measures them and a
+    traceback shows their lines; each line there is the same line of its cell (see helper_source).
+    """
+    path = write_helper_file(prefix)
     namespace = {"__name__": f"notebook_{prefix}"}
-    for source in code_cells(read(notebook_path(prefix))):
-        tree = ast.parse(source)
-        body = [node for node in tree.body if isinstance(node, keep) or _is_literal_constant(node)]
-        code = compile(ast.Module(body=body, type_ignores=[]), f"<notebook {prefix}>", "exec")
-        exec(code, namespace)
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
     return types.SimpleNamespace(**namespace)
+
+
+def notebook_location(path, line):
+    """'05_find_the_bottleneck.ipynb cell 20 (id cell-20) line 9' for a line of a generated file."""
+    prefix = Path(path).name[:2]
+    entry = helper_source(prefix)[1][line - 1]
+    if entry is None:
+        return f"{notebook_path(prefix).name}, a cell header"
+    index, cell_id, number = entry
+    return f"{notebook_path(prefix).name} cell {index} (id {cell_id}) line {number}"
 
 
 SUMMARY_HEADING = re.compile(r"^#+ (?:Step \d+ · )?Summary\b", re.IGNORECASE | re.MULTILINE)

@@ -34,7 +34,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from notebook_code import core_words, load_helpers, notebook_path, read, workshop_minutes
+from notebook_code import core_words, helper_file, load_helpers, notebook_path, read, workshop_minutes
 
 nb = load_helpers("07")
 BUG_LINE = nb.line_number_of(nb.LABEL_SCRIPT_SOURCE, nb.BUG_MARKER)
@@ -370,7 +370,7 @@ def test_anomaly_mode_names_the_log_and_its_forward_line(pictures):
                 F.nll_loss(model(pictures[0]), pictures[1]).backward()
     report = nb.anomaly_report(caught)
     assert report.startswith("Error detected in LogBackward0. The forward call that created it:")
-    assert report.splitlines()[1].strip().startswith('File "<notebook 07>"')
+    assert report.splitlines()[1].strip().startswith(f'File "{helper_file("07")}"')
     assert report.splitlines()[1].endswith("in forward"), "the frame of NaiveLogSoftmax.forward"
     assert nb.anomaly_report([]) == "anomaly mode printed no traceback"
 

@@ -7,12 +7,13 @@ until the kernel is idle, and checks the page: every code cell ran; no output is
 from the notebook model, because the page draws a traceback and a warning on stderr alike); no
 dialog (a dead kernel opens one) and no error in the browser console; the figures are on the page
 as images and the tables as HTML tables, as many as the notebook's own source promises; warnings
-shown in red are ones the prose explains (ALLOWED_STDERR); cells folded with `#@title` are shown
-folded. It saves a screenshot of each notebook under the pytest temporary folder
+shown in red are ones the prose explains (ALLOWED_STDERR); every verdict tests/verdicts.py expects on
+this machine is on the page; cells folded with `#@title` are shown folded. It saves a screenshot of each notebook under the pytest temporary folder
 (`browser-screenshots/`), and stops the server, its kernels and the browser by process id.
 
 The notebooks run in fast mode (TUTORIAL_FAST=1) whatever the command line says. Without a
-Chromium-family browser the test is skipped with a line saying how to get one.
+Chromium-family browser the test is skipped with a line saying how to get one; when the environment
+variable CI is true (shared_checks.skip_or_fail), it fails instead.
 """
 import ast
 import json
@@ -25,12 +26,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import psutil  # comes with ipykernel, which JupyterLab needs
 import pytest
 
-from notebook_code import NOTEBOOKS, code_cells, read
+from notebook_code import NOTEBOOKS, read
+from shared_checks import skip_or_fail
+from verdicts import describe_missing, missing_verdicts
 
 NOTEBOOK_IDS = [path.name for path in NOTEBOOKS]
 
@@ -253,15 +255,20 @@ class LabServer:
         stop_processes([child for child in children if child.is_running()])
 
 
-@pytest.fixture(scope="module")
-def browser_path():
+def require_browser():
+    """The browser's path; without one, skip the test saying how to get one (fail it in CI)."""
     path = find_browser()
     if path is None and os.environ.get("TUTORIAL_BROWSER") is not None:
-        pytest.skip(f"TUTORIAL_BROWSER={os.environ['TUTORIAL_BROWSER']} is not an executable file: "
-                    f"{HOW_TO_GET_A_BROWSER}")
+        skip_or_fail(f"TUTORIAL_BROWSER={os.environ['TUTORIAL_BROWSER']} is not an executable file: "
+                     f"{HOW_TO_GET_A_BROWSER}")
     if path is None:
-        pytest.skip(f"no Chromium-family browser found for the browser test: {HOW_TO_GET_A_BROWSER}")
+        skip_or_fail(f"no Chromium-family browser found for the browser test: {HOW_TO_GET_A_BROWSER}")
     return path
+
+
+@pytest.fixture(scope="module")
+def browser_path():
+    return require_browser()
 
 
 @pytest.fixture(scope="module")
@@ -275,7 +282,10 @@ def lab(tmp_path_factory, browser_path):
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory, browser_path):
     """A Chromium with a fresh profile, driven by playwright; closed and checked gone afterwards."""
-    playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    try:
+        import playwright.sync_api as playwright_api
+    except ImportError:
+        skip_or_fail("the browser test needs playwright: .venv/bin/python -m pip install -r requirements.txt")
     playwright = playwright_api.sync_playwright().start()
     before = {process.pid for process in psutil.Process().children(recursive=True)}
     context = playwright.chromium.launch_persistent_context(
@@ -478,6 +488,13 @@ def test_notebook_runs_in_jupyterlab_in_a_browser(notebook, lab, browser, screen
     unexplained = unexplained_stderr([cell["model"] for cell in cells], allowed)
     assert not unexplained, f"red (stderr) output that the prose does not explain: {unexplained}"
 
+    file_cells = read(notebook).cells
+    missing = [describe_missing(notebook.name[:2], file_cells[index].get("id"), found, cell["model"]["outputs"])
+               for index, cell in code
+               if (found := missing_verdicts(notebook.name[:2], file_cells[index].get("id"),
+                                             cell["model"]["outputs"]))]
+    assert not missing, "\n".join(missing)
+
     folded = [index for index, cell in enumerate(cells) if folded_by_title(cell["model"]["source"])]
     shown_open = [index for index in folded if not cells[index]["input_hidden"] or cells[index]["editor_visible"]]
     assert not shown_open, f"cells starting with #@title are shown unfolded in JupyterLab: {shown_open}"
@@ -530,3 +547,15 @@ def test_a_browser_chosen_by_tutorial_browser_must_exist(monkeypatch, tmp_path):
     assert find_browser() is None
     monkeypatch.setenv("TUTORIAL_BROWSER", sys.executable)
     assert find_browser() == sys.executable
+
+
+@pytest.mark.parametrize("ci, outcome", [("true", pytest.fail.Exception), (None, pytest.skip.Exception),
+                                         ("false", pytest.skip.Exception)])
+def test_a_missing_browser_skips_the_test_but_fails_it_in_ci(monkeypatch, tmp_path, ci, outcome):
+    monkeypatch.setenv("TUTORIAL_BROWSER", str(tmp_path / "no-such-browser"))
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    with pytest.raises(outcome, match="TUTORIAL_BROWSER=.*no-such-browser is not an executable file"):
+        require_browser()

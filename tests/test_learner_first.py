@@ -2,21 +2,17 @@
 machine, the plumbing folded so that the lesson stays short, and a core that ends before "Going deeper"."""
 import re
 
+import nbformat
 import pytest
 
 from notebook_code import NOTEBOOKS, read
+from shared_checks import MAX_LINE, code_lines_too_long, machine_bound_phrases
 
 NOTEBOOK_IDS = [path.name for path in NOTEBOOKS]
-MAX_LINE = 100  # what JupyterLab shows beside its file browser at 1280 px; Colab is no wider
 
 # Visible code lines (code cells that are not folded #@title cells): the lesson a learner reads.
 VISIBLE_CODE_BUDGET = {"01": 150, "02": 250, "03": 150, "04": 250}
 DEFAULT_BUDGET = 250
-
-# Phrases that describe the machine a notebook was written on, not the reader's (lower case).
-MACHINE_BOUND = ["here, on a", "here it printed", "on this machine", "here they say", "here both say",
-                 "measured here", "in a full run on this", "here, without", "on the cpu here",
-                 "here the model", "here, offline", "here, the"]
 
 
 def visible_code_lines(notebook):
@@ -28,7 +24,7 @@ def visible_code_lines(notebook):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
 def test_code_lines_fit_the_screen(path):
     too_long = [line for cell in read(path).cells if cell.cell_type == "code"
-                for line in cell.source.splitlines() if len(line) > MAX_LINE]
+                for line in code_lines_too_long(cell.source)]
     assert too_long == [], f"{len(too_long)} code lines over {MAX_LINE} characters, first: {too_long[0]!r}"
 
 
@@ -36,8 +32,7 @@ def test_code_lines_fit_the_screen(path):
 def test_prose_never_says_what_this_machine_printed(path):
     for cell in read(path).cells:
         if cell.cell_type == "markdown":
-            text = " ".join(cell.source.lower().split())
-            found = [phrase for phrase in MACHINE_BOUND if phrase in text]
+            found = machine_bound_phrases(cell.source)
             assert not found, f"{found} in: {cell.source[:100]!r}"
 
 
@@ -58,8 +53,32 @@ def test_core_ends_with_its_summary_then_going_deeper(path):
     assert summary[0] < deeper[0], "the core ends with its Summary; Going deeper comes after it"
 
 
+RUN_TIME = re.compile(r"\b\d+(\.\d+)? ?(s|min|minutes?|seconds?)\b|not measured yet")
+
+
+def run_time_rows(notebook, part):
+    """The title table's rows whose first cell names the run time of `part` ('core' or 'whole'), split
+    into their cells."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in notebook.cells[0].source.splitlines() if line.startswith("|")]
+    return [row for row in rows if "run time" in row[0].lower() and part in row[0].lower()]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
 def test_title_table_gives_the_core_and_the_whole(path):
-    table = [line.lower() for line in read(path).cells[0].source.splitlines() if line.startswith("|")]
-    assert any("core" in line for line in table), "a row for the core's run time is expected"
-    assert any("whole" in line for line in table), "a row for the whole notebook's run time is expected"
+    for part in ("core", "whole"):
+        rows = run_time_rows(read(path), part)
+        assert rows, f"a title-table row whose first cell says 'run time' and '{part}' is expected"
+        for row in rows:
+            for cell in row[1:]:
+                assert RUN_TIME.search(cell), f"{row[0]!r}: {cell!r} gives no time and no 'not measured yet'"
+
+
+def test_a_run_time_row_needs_a_time_or_not_measured_yet():
+    table = ("# 09 · T\n| | CPU | GPU |\n|---|---|---|\n| Run time of the core | about 5 s | not measured yet |\n"
+             "| Run time, the whole notebook | 1 min 35 s | fast |\n| CPU cores | 2 | |\n")
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(table)])
+    assert [row[0] for row in run_time_rows(notebook, "core")] == ["Run time of the core"]
+    assert all(RUN_TIME.search(cell) for cell in run_time_rows(notebook, "core")[0][1:])
+    assert not RUN_TIME.search(run_time_rows(notebook, "whole")[0][2]), "'fast' is not a run time"
+    assert RUN_TIME.search("2.5 minutes") and not RUN_TIME.search("5 sizes")

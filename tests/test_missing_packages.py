@@ -145,7 +145,9 @@ def test_notebook_03_without_ddgs_takes_the_offline_path_to_the_end(run_without)
     setup = " ".join(text_of(cells[0]).split())
     assert "ddgs: not installed" in setup and "Settings > Internet" in setup
     assert "Everything else still works" in setup
-    assert any("ddgs" in text_of(cell) for cell in cells[2:]), "the search step must say why it is skipped"
+    plans = [" ".join(text_of(cell).split()) for cell in cells[2:] if "Plan: " in text_of(cell)]
+    assert len(plans) == 1 and plans[0].startswith("Plan: stand-in."), plans
+    assert "ddgs is not installed" in plans[0], "the plan must say why there is no search"
 
 
 def test_notebook_03_without_fastai_stops_with_the_plain_message(run_without):

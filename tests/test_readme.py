@@ -1,6 +1,11 @@
 """README.md's promises that a script can check: the two commands, CI running the test command, every notebook listed."""
+import os
 import re
+import types
 
+import pytest
+
+import conftest
 from notebook_code import NOTEBOOKS, REPO
 
 README = (REPO / "README.md").read_text()
@@ -40,3 +45,20 @@ def test_every_notebook_is_in_the_readme_table():
 def test_fast_switch_and_full_size_run_are_documented():
     assert "TUTORIAL_FAST=1" in README
     assert "--full-size" in README
+
+
+@pytest.mark.parametrize("caller, full_size, expected", [("0", False, "1"), (None, False, "1"), ("1", True, "0")])
+def test_the_test_command_sets_the_notebook_size_itself(monkeypatch, caller, full_size, expected):
+    """README: "The test command sets it itself, whatever your shell says"; --full-size gives full size."""
+    if caller is None:
+        monkeypatch.delenv("TUTORIAL_FAST", raising=False)
+    else:
+        monkeypatch.setenv("TUTORIAL_FAST", caller)
+    config = types.SimpleNamespace(getoption=lambda name: full_size if name == "--full-size" else None)
+    conftest.pytest_configure(config)
+    assert os.environ["TUTORIAL_FAST"] == expected
+
+
+def test_this_run_is_in_the_size_its_command_line_asked_for(request):
+    expected = "0" if request.config.getoption("--full-size") else "1"
+    assert os.environ["TUTORIAL_FAST"] == expected

@@ -27,6 +27,7 @@ def test_pick_device_falls_back_to_the_cpu(monkeypatch):
     assert nb.pick_device() == torch.device("cpu")
 
 
+@pytest.mark.gpu_branch("shared", "pick_device: torch.accelerator.is_available()")
 @pytest.mark.parametrize("accelerator", [torch.device("cuda"), torch.device("mps"), torch.device("xpu")])
 def test_pick_device_returns_the_accelerator_pytorch_finds(monkeypatch, accelerator):
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
@@ -44,6 +45,7 @@ def test_find_data_dir_inside_and_outside_a_repository(tmp_path):
     assert nb.find_data_dir(alone) == alone / "data"
 
 
+@pytest.mark.gpu_branch("shared", "synchronize: device.type == 'cuda'")
 def test_time_it_synchronizes_around_every_timed_run_on_cuda(monkeypatch):
     events = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(("sync", device)))
@@ -86,12 +88,29 @@ def test_time_it_returns_the_median_of_the_timed_runs(monkeypatch, warmup, durat
     assert clock.durations == []  # fn ran exactly warmup + repeats times
 
 
+@pytest.mark.gpu_branch("shared", "synchronize: device.type == 'mps'")
 def test_synchronize_waits_for_apples_gpu_on_every_supported_pytorch(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.mps, "synchronize", lambda: calls.append("mps"))
     monkeypatch.setattr(torch.accelerator, "synchronize", lambda device=None: calls.append("accelerator"))
     nb.synchronize(torch.device("mps"))
     assert calls == ["mps"]  # torch.accelerator.synchronize does nothing for MPS before PyTorch 2.7
+
+
+@pytest.mark.gpu_branch("shared", "synchronize: device.type != 'cpu'")
+@pytest.mark.parametrize("device, calls", [
+    (torch.device("cuda", 1), [("cuda", torch.device("cuda", 1))]),
+    (torch.device("mps"), ["mps"]),
+    (torch.device("xpu", 0), [("accelerator", torch.device("xpu", 0))]),  # any other accelerator
+    ("cpu", []),  # a name works too; the CPU has nothing to wait for
+])
+def test_synchronize_waits_for_each_kind_of_device_with_its_own_call(monkeypatch, device, calls):
+    done = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: done.append(("cuda", device)))
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: done.append("mps"))
+    monkeypatch.setattr(torch.accelerator, "synchronize", lambda device=None: done.append(("accelerator", device)))
+    nb.synchronize(device)
+    assert done == calls
 
 
 def test_the_benchmark_clock_synchronizes_before_every_reading(monkeypatch):

@@ -1,0 +1,555 @@
+"""Every branch a learner's GPU, Mac or AMD machine takes is executed by a test.
+
+The test machine has no GPU, so nbval and the browser test only ever run the CPU side of a notebook. This
+file lists, by scanning the notebooks' code with `ast`, every condition that a GPU, Mac or AMD machine
+(or Windows) decides differently: conditions on `device.type == "cuda"` / `"mps"` / `"xpu"` / `"cpu"`,
+`torch.cuda.is_available()` and the like, `torch.version.cuda` / `hip`, `torch.backends.mps`, the compute
+capability, the operating system (`"Darwin"`, `"Windows"`, `os.name`), the process-group backend
+(`"nccl"`, `"gloo"`), and the notebooks' own names for such facts (`ON_GPU`, `use_gpu`, `gpu_count`, the
+facts of notebook 01's diagnosis, ...): see GPU_WORDS and GPU_NAMES below, and add to them when a
+notebook names such a fact in a new way. It scans `if`, `elif`, `while` and `x if condition else y`,
+in every code cell and in every script a cell holds as a string constant (notebook 06's training script).
+
+Each such condition is a branch with a stable KEY, "<where>: <condition>":
+- <where> is the function it is in, with its classes and enclosing functions (`Run.step`, `outer.inner`),
+  or `cell <cell id>` for a cell's top-level code (cell ids are kept when notebooks are stripped), with
+  the name of the string constant in front for a script (`SCRIPT_GROUP.start_process_group`);
+- <condition> is the condition as `ast.unparse` writes it: quotes, spacing and line breaks do not matter;
+- a second identical condition in the same place gets " (2)", and so on.
+So a key survives edits elsewhere in the notebook, moving the function to another cell, and reformatting;
+it changes when the condition or the function's name changes, and then the test names the new key.
+The install cell and the shared setup cell are the same in every notebook: their branches are listed once,
+under the notebook name "shared" (tests/test_shared_setup.py tests notebook 01's copy).
+
+A test CLAIMS a branch when it executes the side that a GPU, Mac, AMD or Windows machine takes, for real
+on the CPU where PyTorch allows it or with stand-ins shaped like the real API:
+    @pytest.mark.gpu_branch("05", "train_step: run.cuda_graphs")
+on the test function (one marker per branch; markers are read from the test files' source, so this file
+finds them however pytest is started), or an entry in CLAIMED_BY below naming the test. A branch that no
+test claims fails test_every_gpu_branch_is_executed_by_a_test, naming it; KNOWN_UNTESTED lists the ones
+that are waiting for a test, each with a comment, and a stale entry there (claimed meanwhile, or gone
+from the notebook) fails too.
+"""
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from notebook_code import INSTALL_CELL_FIRST_LINE, NOTEBOOKS, REPO, SHARED_CELL_FIRST_LINE, read
+
+# A condition is a GPU branch when it compares something with one of these words ...
+GPU_WORDS = {"cuda", "mps", "xpu", "cpu",  # device types (ROCm's AMD GPUs are "cuda" too)
+             "nccl", "gloo",  # process-group backends: NCCL between NVIDIA GPUs, gloo on CPUs
+             "Darwin", "Windows", "Linux", "posix", "nt"}  # platform.system(), os.name
+# ... or when its text matches one of these (names the notebooks give GPU facts, and PyTorch's own).
+GPU_NAMES = [
+    r"\b(cuda|mps|xpu|accelerator)\.(is_available|device_count|is_bf16_supported|get_device_capability|"
+    r"is_built)\(",
+    r"\btorch\.version\.(cuda|hip)\b",
+    r"\bbackends\.(mps|cudnn|cuda)\b",
+    r"\b(ON_GPU|CAPABILITY|capability|use_gpu|gpu_count|gpu_fit|DEVICES|cuda_graphs|gloo|nccl)\b",
+    # notebook 01's facts about the machine (gather_facts), which its diagnosis rules decide on
+    r"\b(cuda_available|cuda_build|hip_build|mps_available|mps_built|gpus)\b",
+]
+
+
+@dataclass(frozen=True)
+class Branch:
+    notebook: str  # "01".."09", or "shared" for the install and shared setup cells
+    key: str  # "<where>: <condition>", see the module docstring
+    cell: int  # index of the cell in the notebook
+    cell_id: str
+    line: int  # line of the condition in the cell
+
+    def where(self):
+        return f"notebook {self.notebook}, cell {self.cell} (id {self.cell_id}) line {self.line}"
+
+
+def is_gpu_condition(test):
+    """True when the condition `test` (an ast expression) depends on the kind of machine."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Compare):
+            for operand in [node.left, *node.comparators]:
+                values = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
+                if any(isinstance(v, ast.Constant) and v.value in GPU_WORDS for v in values):
+                    return True
+    text = ast.unparse(test)
+    return any(re.search(pattern, text) for pattern in GPU_NAMES)
+
+
+def conditions(tree, scope=()):
+    """(scope, condition node) for every if/elif/while/if-expression test in `tree`, in source order."""
+    found = []
+
+    def visit(node, scope):
+        for child in ast.iter_child_nodes(node):
+            inner = scope
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = (*scope, child.name)
+            if isinstance(child, (ast.If, ast.IfExp, ast.While)):
+                found.append((scope, child.test))
+            visit(child, inner)
+
+    visit(tree, scope)
+    return sorted(found, key=lambda item: (item[1].lineno, item[1].col_offset))
+
+
+def embedded_scripts(source, tree):
+    """(constant name, line offset, parsed script) for every top-level NAME = "<python source>" of a
+    cell whose text is a program (it defines or imports something), such as notebook 06's script."""
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            try:
+                script = ast.parse(node.value.value)
+            except SyntaxError:
+                continue
+            if any(isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)) for n in script.body):
+                # A string opened with a backslash at the end of the line starts on the next line.
+                continued = re.match(r"[rRuU]?('''|\"\"\")\\\n", ast.get_source_segment(source, node.value))
+                yield node.targets[0].id, node.value.lineno - 1 + bool(continued), script
+
+
+def cell_branches(notebook, index, cell):
+    """The GPU branches of one code cell, without their " (2)" numbering."""
+    tree = ast.parse(cell.source)
+    places = [(f"cell {cell.get('id')}", 0, conditions(tree))]
+    places += [(name, offset, conditions(script, (name,))) for name, offset, script in embedded_scripts(cell.source, tree)]
+    branches = []
+    for top, offset, found in places:
+        for scope, test in found:
+            if is_gpu_condition(test):
+                where = ".".join(scope) if scope else top
+                branches.append(Branch(notebook, f"{where}: {ast.unparse(test)}", index, cell.get("id"),
+                                       offset + test.lineno))
+    return branches
+
+
+def number_repeats(branches):
+    """Give the second and later identical keys of a notebook the suffixes " (2)", " (3)", ..."""
+    seen, numbered = {}, []
+    for branch in branches:
+        count = seen[(branch.notebook, branch.key)] = seen.get((branch.notebook, branch.key), 0) + 1
+        key = branch.key if count == 1 else f"{branch.key} ({count})"
+        numbered.append(Branch(branch.notebook, key, branch.cell, branch.cell_id, branch.line))
+    return numbered
+
+
+def gpu_branches(paths=NOTEBOOKS):
+    """{(notebook, key): Branch} for every GPU, Mac, AMD or Windows branch of the notebooks at `paths`."""
+    branches, shared_done = [], False
+    for path in paths:
+        for index, cell in enumerate(read(path).cells):
+            if cell.cell_type != "code":
+                continue
+            shared = cell.source.startswith((INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE))
+            if shared and shared_done:
+                continue  # the same cell as in the first notebook (test_hygiene.py checks that)
+            branches += cell_branches("shared" if shared else path.name[:2], index, cell)
+        shared_done = True
+    return {(branch.notebook, branch.key): branch for branch in number_repeats(branches)}
+
+
+# --- Who executes each branch ----------------------------------------------------------------------------
+
+# Claims made here for tests in other files: (notebook, key): "tests/file.py::test_name". A marker
+# @pytest.mark.gpu_branch(notebook, key) on the test itself does the same and is easier to keep in step.
+CLAIMED_BY = {
+    # Notebook 01's diagnosis, run with stand-in facts shaped like gather_facts() on each machine.
+    ("01", "amd_gpu_not_in_wheel: not (facts['cuda_available'] and facts['hip_build'] and built)"):
+        "tests/test_01_check_gpu.py::test_rocm_wheel_without_the_gpus_architecture",
+    ("01", "cpu_only_wheel: facts['cuda_build'] is not None"):
+        "tests/test_01_check_gpu.py::test_cuda_visible_devices_hiding_the_gpu",
+    ("01", "cpu_only_wheel: facts['os'] == 'Windows'"):
+        "tests/test_01_check_gpu.py::test_cpu_only_wheel_on_windows_gives_two_powershell_safe_lines_with_the_kernels_python",
+    ("01", "driver_too_old: not facts['cuda_build'] or not smi.get('driver_version')"):
+        "tests/test_01_check_gpu.py::test_a_cuda11_driver_is_not_offered_the_cuda12_wheel",
+    ("01", "gpu_ready: facts['hip_build']"):
+        "tests/test_01_check_gpu.py::test_rocm_wheel_with_a_visible_mi250_is_ready_and_does_not_crash",
+    ("01", "gpu_ready: not (facts['cuda_available'] and facts['gpu_count'] > 0)"):
+        "tests/test_01_check_gpu.py::test_all_good_on_a_t4",
+    ("01", "mac_without_mps: facts['os'] != 'Darwin'"):
+        "tests/test_01_check_gpu.py::test_intel_mac_points_to_conda_forge",
+    ("01", "mps_ready: not facts['mps_available']"):
+        "tests/test_01_check_gpu.py::test_apple_silicon_with_mps_is_ready",
+    ("01", "nvidia_gpu_not_in_wheel: not (facts['cuda_available'] and facts['cuda_build'] and nvidia_arches)"):
+        "tests/test_01_check_gpu.py::test_p100_with_a_cuda13_wheel_needs_the_legacy_build",
+    ("01", "nvidia_gpu_not_in_wheel: tuple((int(part) for part in gpu['capability'].split('.'))) < (7, 5)"):
+        "tests/test_01_check_gpu.py::test_p100_with_a_cuda13_wheel_needs_the_legacy_build",
+    ("01", "python_command: facts['os'] == 'Windows'"):
+        "tests/test_01_check_gpu.py::test_cpu_only_wheel_on_windows_gives_two_powershell_safe_lines_with_the_kernels_python",
+    ("01", "rocm_without_gpu: not facts['hip_build']"):
+        "tests/test_01_check_gpu.py::test_rocm_wheel_without_a_gpu_checks_driver_groups_and_variables",
+    # Notebook 02: helpers called with device("cuda") / ("mps") and torch.cuda stood in for.
+    ("02", "feeding_story: moved and device.type == 'cpu'"):
+        "tests/test_02_device.py::test_feeding_story_says_what_each_device_shows",
+    ("02", "free_cached_memory: device.type == 'cuda'"):
+        "tests/test_02_device.py::test_cuda_cache_is_emptied_after_each_failure_and_only_on_cuda",
+    ("02", "gpu_checkpoint_error: torch.cuda.is_available()"):
+        "tests/test_02_device.py::test_gpu_checkpoint_error_is_pytorchs_own_and_only_without_cuda",
+    ("02", "search_story: device.type == 'cuda'"):
+        "tests/test_02_device.py::test_search_story_labels_measured_and_simulated_results",
+    # Notebook 04: the sentences for a GPU's numbers, and the GPU's larger product.
+    ("04", "describe_break_even: gpu_fit is None"): "tests/test_04_gpu_win.py::test_break_even_sentence",
+    ("04", "describe_cold_warm: device_type == 'cpu'"):
+        "tests/test_04_gpu_win.py::test_cold_warm_sentence_reads_the_numbers",
+    ("04", "describe_sync_demo: device_type == 'cpu'"):
+        "tests/test_04_gpu_win.py::test_sync_demo_reads_its_own_numbers",
+    ("04", "sync_demo_size: torch.device(device).type == 'cpu'"):
+        "tests/test_04_gpu_win.py::test_sync_demo_uses_a_large_product_on_a_gpu",
+    # Notebook 05: the decisions for a CUDA GPU (capability 7.5 and 8.0), an Apple GPU and the CPU.
+    ("05", "autocast_plan: device_type == 'cuda'"): "tests/test_05_faster.py::test_autocast_plan_per_device",
+    ("05", "autocast_plan: device_type == 'cuda' and capability is not None and (tuple(capability) >= (8, 0))"):
+        "tests/test_05_faster.py::test_autocast_plan_per_device",
+    ("05", "autocast_plan: device_type == 'mps'"): "tests/test_05_faster.py::test_autocast_plan_per_device",
+    ("05", "choose_compile_backend: device_type == 'cpu'"):
+        "tests/test_05_faster.py::test_a_cuda_gpu_needs_triton_for_inductor",
+    ("05", "choose_compile_backend: device_type == 'cpu' and cpp_compiler"):
+        "tests/test_05_faster.py::test_a_cuda_gpu_needs_triton_for_inductor",
+    ("05", "choose_compile_backend: device_type == 'cuda'"):
+        "tests/test_05_faster.py::test_a_cuda_gpu_needs_triton_for_inductor",
+    ("05", "choose_compile_backend: device_type == 'cuda' and has_triton and cpp_compiler"):
+        "tests/test_05_faster.py::test_a_cuda_gpu_needs_triton_for_inductor",
+    # Notebook 06: the plan for 0, 1 and 2 GPUs and a Mac, NCCL's reading, the script's exit on NCCL.
+    ("06", "explain_speedup: backend != 'gloo' and ratio <= 1.1 * many.processes"):
+        "tests/test_06_ddp.py::test_explain_speedup_reads_the_table_honestly",
+    ("06", "launch_plan: accelerator == 'mps'"):
+        "tests/test_06_ddp.py::test_launch_plan_one_process_per_gpu_or_two_on_the_cpu",
+    ("06", "launch_plan: gpu_count == 1"): "tests/test_06_ddp.py::test_launch_plan_one_process_per_gpu_or_two_on_the_cpu",
+    ("06", "launch_plan: gpu_count >= 2"): "tests/test_06_ddp.py::test_launch_plan_one_process_per_gpu_or_two_on_the_cpu",
+    ("06", "SCRIPT_GROUP.leave_process_group: gloo"):
+        "tests/test_06_ddp.py::test_leave_process_group_exits_at_once_on_gloo_only",
+    # Notebook 01's cells, run with stand-ins for device and torch.cuda (its run_cell helper).
+    ('01', 'gpu_details: torch.version.hip'):
+        'tests/test_01_check_gpu.py::test_gpu_details_on_an_amd_gpu_reads_the_gfx_name',
+    ('01', "mac_without_mps: not facts.get('mps_built', True)"):
+        'tests/test_01_check_gpu.py::test_a_mac_build_without_mps_and_a_linux_machine_are_not_mixed_up',
+    ('01', 'smi_summary: cuda_build is None'):
+        'tests/test_01_check_gpu.py::test_smi_summary_compares_the_majors',
+    ('01', 'cell cell-05-device: torch.cuda.is_available()'):
+        'tests/test_01_check_gpu.py::test_step_1_names_every_gpu',
+    ('01', "cell cell-05-device: device.type != 'cpu'"):
+        'tests/test_01_check_gpu.py::test_step_1_on_a_mac_an_intel_gpu_and_a_cpu',
+    ('01', "cell cell-05-device: device.type == 'mps'"):
+        'tests/test_01_check_gpu.py::test_step_1_on_a_mac_an_intel_gpu_and_a_cpu',
+    ('01', "cell cell-07: facts['gpus']"):
+        'tests/test_01_check_gpu.py::test_step_1_table_of_gpus_on_a_t4_and_the_messages_without_one',
+    ('01', "cell cell-07: device.type == 'mps'"):
+        'tests/test_01_check_gpu.py::test_step_1_table_of_gpus_on_a_t4_and_the_messages_without_one',
+    ('01', 'cell cell-15: torch.accelerator.is_available()'):
+        'tests/test_01_check_gpu.py::test_step_4_modern_and_classic_choice_on_each_machine',
+    ('01', 'cell cell-15: torch.cuda.is_available()'):
+        'tests/test_01_check_gpu.py::test_step_4_modern_and_classic_choice_on_each_machine',
+    ('01', 'cell cell-15: torch.backends.mps.is_available()'):
+        'tests/test_01_check_gpu.py::test_step_4_modern_and_classic_choice_on_each_machine',
+    ('01', "cell cell-17-run: device.type == 'cpu'"):
+        'tests/test_01_check_gpu.py::test_step_5_on_a_gpu_measures_it_on_a_larger_matrix_and_says_how_many_times',
+    ('01', "cell cell-19-run: device.type == 'cuda'"):
+        'tests/test_01_check_gpu.py::test_datasheet_cell_on_a_v100_sxm2_uses_the_sxm2_peak',
+    ('01', "cell cell-21-run: device.type == 'cuda'"):
+        'tests/test_01_check_gpu.py::test_going_deeper_b_on_a_cuda_gpu_copies_pageable_and_pinned_memory',
+    ('01', "cell cell-21-run: device.type != 'cpu'"):
+        'tests/test_01_check_gpu.py::test_going_deeper_b_on_a_mac_and_on_a_cpu',
+    # Notebook 02: helpers and cells run with device('cuda') / ('mps') and stand-ins.
+    ('02', "creation_story: device.type == 'cpu'"):
+        'tests/test_02_device.py::test_creation_story_names_the_larger_part_of_the_detour',
+    ('02', "draw_where_tensors_live: device.type == 'cuda'"):
+        'tests/test_02_device.py::test_the_figure_draws_pageable_pinned_and_gpu_memory_and_the_copies',
+    ('02', "draw_where_tensors_live: device.type == 'cpu'"):
+        'tests/test_02_device.py::test_the_figure_draws_pageable_pinned_and_gpu_memory_and_the_copies',
+    ('02', "not_the_cpu: device.type == 'cpu'"):
+        'tests/test_02_device.py::test_not_the_cpu_is_the_gpu_itself_and_meta_only_without_one',
+    ('02', "tour_row: device.type != 'cpu'"):
+        'tests/test_02_device.py::test_going_deeper_a_times_a_cpu_copy_of_each_model_off_the_cpu',
+    ('02', "cell cell-39c: device.type == 'cuda'"):
+        'tests/test_02_device.py::test_step_5_memory_cell_on_a_cuda_gpu',
+    ('02', "cell cell-43c: device.type == 'cuda'"):
+        'tests/test_02_device.py::test_going_deeper_b_searches_for_real_on_a_cuda_gpu',
+    ('02', "cell cell-49: device.type != 'cpu'"):
+        'tests/test_02_device.py::test_going_deeper_d_lists_each_gpu_this_process_can_use',
+    # Notebook 06's script: choose_device, start_process_group and wrap_in_ddp with stand-ins.
+    ('06', 'SCRIPT_GROUP.choose_device: cpu_only or gpu_count == 0'):
+        'tests/test_06_ddp.py::test_choose_device_at_its_edges',
+    ('06', 'SCRIPT_GROUP.choose_device: local_rank >= gpu_count'):
+        'tests/test_06_ddp.py::test_choose_device_at_its_edges',
+    ('06', "SCRIPT_GROUP.start_process_group: device.type == 'cuda'"):
+        'tests/test_06_ddp.py::test_on_two_gpus_each_process_takes_the_gpu_of_its_local_rank_over_nccl',
+    ('06', "SCRIPT_GROUP.start_process_group: device.type == 'cuda' (2)"):
+        'tests/test_06_ddp.py::test_on_two_gpus_each_process_takes_the_gpu_of_its_local_rank_over_nccl',
+    ('06', "SCRIPT_GROUP.wrap_in_ddp: device.type == 'cuda'"):
+        'tests/test_06_ddp.py::test_wrap_in_ddp_names_the_process_gpu_and_none_on_the_cpu',
+    # Notebook 07: the demo's runs per device, Windows' process groups, the CUDA verdict.
+    ('07', "label_demo_runs: device_type == 'cuda'"):
+        'tests/test_07_breaks.py::test_label_demo_runs_per_kind_of_device',
+    ('07', "label_demo_runs: device_type == 'mps'"):
+        'tests/test_07_breaks.py::test_label_demo_runs_per_kind_of_device',
+    ('07', "new_session_options: os_name == 'nt'"):
+        'tests/test_07_breaks.py::test_each_system_gets_its_own_way_to_group_and_stop_processes',
+    ('07', "stop_command: os_name == 'nt'"):
+        'tests/test_07_breaks.py::test_each_system_gets_its_own_way_to_group_and_stop_processes',
+    ('07', "nondeterminism_verdict: device_type == 'cuda'"):
+        'tests/test_07_breaks.py::test_nondeterminism_verdict_for_each_case',
+    # Notebook 08: the CUDA allocator with a stand-in torch.cuda, the FSDP gate and plan, its script.
+    ('08', "allocator_peak_bytes: device.type != 'cuda'"):
+        'tests/test_08_memory.py::test_allocator_peak_resets_runs_and_reads_the_peak_on_cuda_only',
+    ('08', "fsdp_gate: backend == 'gloo' and version_tuple(version) < version_tuple(FSDP2_GLOO_FIRST)"):
+        'tests/test_08_memory.py::test_fsdp_gate_at_the_first_release_that_runs_fsdp2_over_gloo',
+    ('08', "launch_plan: accelerator == 'mps'"):
+        'tests/test_08_memory.py::test_launch_plan_shards_over_gpus_only_when_there_are_two',
+    ('08', 'launch_plan: gpu_count == 1'):
+        'tests/test_08_memory.py::test_launch_plan_shards_over_gpus_only_when_there_are_two',
+    ('08', 'launch_plan: gpu_count >= 2'):
+        'tests/test_08_memory.py::test_launch_plan_shards_over_gpus_only_when_there_are_two',
+    ('08', "low_precision_dtype: device_type == 'cuda' and capability is not None and (tuple(capability) < (8, 0))"):
+        'tests/test_08_memory.py::test_low_precision_dtype_is_float16_only_before_capability_8',
+    ('08', "record_snapshot: device.type != 'cuda'"):
+        'tests/test_08_memory.py::test_record_snapshot_records_dumps_and_stops_recording',
+    ('08', 'SCRIPT_MAIN.start_process_group: use_gpu'):
+        'tests/test_08_memory.py::test_start_process_group_picks_nccl_and_the_local_gpu_only_with_cuda',
+    ('08', 'SCRIPT_MAIN.start_process_group: use_gpu (2)'):
+        'tests/test_08_memory.py::test_start_process_group_picks_nccl_and_the_local_gpu_only_with_cuda',
+    ('08', 'SCRIPT_MAIN.start_process_group: use_gpu (3)'):
+        'tests/test_08_memory.py::test_start_process_group_picks_nccl_and_the_local_gpu_only_with_cuda',
+    ('08', 'SCRIPT_MAIN.leave_process_group: gloo'):
+        'tests/test_08_memory.py::test_leave_process_group_exits_at_once_on_gloo_only',
+    # Notebook 09: the plans for Triton and Inductor on each kind of machine.
+    ('09', "inductor_plan: device_type == 'cuda' and has_triton"):
+        'tests/test_09_triton.py::test_inductor_plan_for_each_device',
+    ('09', "inductor_plan: device_type == 'cuda'"):
+        'tests/test_09_triton.py::test_inductor_plan_for_each_device',
+    ('09', "inductor_plan: device_type == 'cpu' and cpp_compiler"):
+        'tests/test_09_triton.py::test_inductor_plan_for_each_device',
+    ('09', "inductor_plan: device_type == 'cpu'"):
+        'tests/test_09_triton.py::test_inductor_plan_for_each_device',
+    ('09', "triton_plan: device_type == 'cuda'"):
+        'tests/test_09_triton.py::test_triton_plan_for_each_kind_of_machine',
+}
+
+# Branches no test executes yet, each with why (or who will add the test). The list may only shrink:
+# an entry that a test now claims, or that is no longer in the notebooks, fails the test below.
+# A top-level cell is best tested by running its source with stand-ins for `device` and torch.cuda (as
+# tests/test_01_check_gpu.py::test_step_6_is_skipped_with_a_message_without_fastai runs one), or by moving
+# its decision into a small function that a test calls.
+KNOWN_UNTESTED = {
+    # Notebook 01 (owner of test_01): gather_facts() with torch.cuda stood in for, on a GPU machine
+    # (test_gather_facts_has_exactly_the_keys_the_tests_make_up runs it on this CPU only).
+    ("01", "gather_facts: cuda_available"): "no test runs gather_facts() with a GPU",
+    # Notebook 03 (owner of test_03): the CPU comparison after a GPU run.
+    ("03", "cell cell-29: device.type != 'cpu' and COMPARE_WITH_CPU"): "top-level cell",
+    # Notebook 04 (owner of test_04): describe_device() and the cells that add the GPU's curves.
+    ("04", "describe_device: device.type == 'cuda'"): "no test runs describe_device()",
+    ("04", "describe_device: device.type == 'cpu'"): "no test runs describe_device()",
+    ("04", "cell sizes: device.type != 'cpu'"): "top-level cell",
+    ("04", "cell cell-34: len(DEVICES) > 1"): "top-level cell: the CPU-against-GPU comparison",
+    ("04", "cell break-even: device.type != 'cpu'"): "top-level cell",
+    ("04", "cell break-even: gpu_fit is not None"): "top-level cell",
+    ("04", "cell cell-55: len(DEVICES) > 1"): "top-level cell",
+    # Notebook 05 (owner of test_05): a training step with CUDA graphs (reduce-overhead), and the cells
+    # that choose the profiler's GPU activity, the GPU-only variants and fastai's callbacks.
+    ("05", "train_step: run.cuda_graphs"): "no test runs train_step() with cuda_graphs=True",
+    ("05", "cell cell-05: ON_GPU"): "top-level cell: the profiler's CUDA activity",
+    ("05", "cell cell-05: not ON_GPU"): "top-level cell",
+    ("05", "cell cell-05: ON_GPU (2)"): "top-level cell: the GPU's compute capability",
+    ("05", "cell cell-13: device.type == 'cpu'"): "top-level cell: BIG_BATCH on a GPU",
+    ("05", "cell cell-26: ON_GPU"): "top-level cell: the profile sorted by GPU time",
+    ("05", "cell cell-32: ON_GPU"): "top-level cell",
+    ("05", "cell cell-50: device.type in ('cpu', 'cuda')"): "top-level cell",
+    ("05", "cell cell-50: ON_GPU and BACKEND == 'inductor'"): "top-level cell: reduce-overhead on a GPU",
+    ("05", "cell cell-60: ON_GPU and tuple(CAPABILITY) >= (8, 0)"): "top-level cell: TF32 on Ampere",
+    ("05", "cell cell-60: ON_GPU"): "top-level cell: cudnn.benchmark",
+    ("05", "cell cell-61: variant.startswith('autocast') and device.type == 'cpu'"): "top-level cell",
+    ("05", "cell cell-80: device.type != 'cuda'"): "top-level cell: fastai's own CUDA autocast",
+    # Notebook 06 (owner of test_06): is_alive() on Windows without psutil, and the solo run's threads.
+    ("06", "is_alive: os.name != 'posix'"): "Windows without psutil",
+    ("06", "cell cell-33: plan['backend'] == 'gloo'"): "top-level cell: the threads of the solo run",
+    # Notebook 08 (owner of test_08): the same is_alive() as 06, and two cells run on a GPU.
+    ("08", "is_alive: os.name != 'posix'"): "Windows without psutil",
+    ("08", "cell cell-26: device.type == 'cuda'"): "top-level cell",
+    ("08", "cell cell-46: plan['backend'] == 'gloo'"): "top-level cell",
+}
+
+
+def marker_claims(test_dir=REPO / "tests"):
+    """{(notebook, key): ["tests/file.py::test_name", ...]} from @pytest.mark.gpu_branch(...) markers,
+    read from the source of every test file (so that they count however pytest was started)."""
+    claims = {}
+    for path in sorted(Path(test_dir).glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for decorator in node.decorator_list:
+                if (isinstance(decorator, ast.Call) and ast.unparse(decorator.func) == "pytest.mark.gpu_branch"
+                        and len(decorator.args) == 2):
+                    notebook, key = (ast.literal_eval(arg) for arg in decorator.args)
+                    claims.setdefault((notebook, key), []).append(f"tests/{path.name}::{node.name}")
+    return claims
+
+
+def all_claims():
+    claims = marker_claims()
+    for branch, test in CLAIMED_BY.items():
+        claims.setdefault(branch, []).append(test)
+    return claims
+
+
+def test_exists(node_id):
+    """True when "tests/file.py::test_name" (a parametrized id's [...] left out) names a test function."""
+    file_name, _, name = node_id.partition("::")
+    path = REPO / file_name
+    if not path.is_file():
+        return False
+    names = {node.name for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return name.split("[")[0] in names
+
+
+test_exists.__test__ = False  # a helper, not a test
+
+
+def describe(branches):
+    return "\n".join(f"  ({notebook!r}, {key!r}),  # {branch.where()}"
+                     for (notebook, key), branch in sorted(branches.items()))
+
+
+def unclaimed(branches, claims, known):
+    """The branches that no test claims and that are not known to be untested."""
+    return {name: branch for name, branch in branches.items() if name not in claims and name not in known}
+
+
+def stale(known, branches, claims):
+    """(entries of `known` that are no longer branches, entries that a test now claims)."""
+    return [name for name in known if name not in branches], [name for name in known if name in claims]
+
+
+def bad_claims(claims, branches, exists=test_exists):
+    """Claims of a key that is no branch, or by a test that does not exist: (key, test) pairs."""
+    return [(name, node_id) for name, tests in claims.items() for node_id in tests
+            if name not in branches or not exists(node_id)]
+
+
+def test_every_gpu_branch_is_executed_by_a_test():
+    missing = unclaimed(gpu_branches(), all_claims(), KNOWN_UNTESTED)
+    assert not missing, (
+        f"{len(missing)} GPU, Mac, AMD or Windows branch(es) that no test executes. Add a test that runs "
+        "the side such a machine takes, marked @pytest.mark.gpu_branch(notebook, key) (see this file's "
+        "docstring):\n" + describe(missing))
+
+
+def test_the_known_untested_list_is_not_stale():
+    gone, claimed = stale(KNOWN_UNTESTED, gpu_branches(), all_claims())
+    assert not gone, f"KNOWN_UNTESTED names branches the notebooks no longer have: {gone}"
+    assert not claimed, f"KNOWN_UNTESTED names branches a test now executes (take them out): {claimed}"
+
+
+def test_every_claim_names_a_branch_and_a_test_that_exist():
+    wrong = bad_claims(all_claims(), gpu_branches())
+    assert not wrong, f"claims of a key that is not a GPU branch, or by a test that does not exist: {wrong}"
+
+
+# --- The scanner, on made-up cells ------------------------------------------------------------------------
+
+def fake_notebook(*sources):
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source, id=f"c{index}") for index, source in enumerate(sources)]
+    return notebook
+
+
+def keys(*sources, monkeypatch=None):
+    notebook = fake_notebook(*sources)
+    found = []
+    for index, cell in enumerate(notebook.cells):
+        found += cell_branches("09", index, cell)
+    return [branch.key for branch in number_repeats(found)]
+
+
+def test_the_scanner_finds_device_platform_and_backend_conditions_with_stable_keys():
+    cell = '''
+def synchronize(device):
+    if device.type == "cuda":
+        pass
+    elif device.type != 'cpu':
+        pass
+    if device.type == "cuda":
+        pass
+
+class Run:
+    def step(self, on):
+        return 1 if on in ("cpu", "mps") else 2
+
+if platform.system() == "Darwin" and FAST:
+    print("mac")
+if size > 3:  # not a GPU branch
+    print(size)
+'''
+    assert keys(cell) == ["synchronize: device.type == 'cuda'", "synchronize: device.type != 'cpu'",
+                          "synchronize: device.type == 'cuda' (2)", "Run.step: on in ('cpu', 'mps')",
+                          "cell c0: platform.system() == 'Darwin' and FAST"]
+
+
+def test_the_scanner_reads_names_and_pytorch_calls_and_embedded_scripts():
+    cell = '''
+SCRIPT = """
+import torch
+
+def start(cpu_only):
+    use_gpu = torch.cuda.is_available() and not cpu_only
+    return torch.device("cuda") if use_gpu else torch.device("cpu")
+"""
+NOT_A_SCRIPT = "if the GPU is there"
+while torch.backends.mps.is_available():
+    break
+label = "ROCm" if facts["hip_build"] else "CUDA"
+'''
+    assert keys(cell) == ["cell c0: torch.backends.mps.is_available()", "cell c0: facts['hip_build']",
+                          "SCRIPT.start: use_gpu"]
+    branches = cell_branches("09", 0, fake_notebook(cell).cells[0])
+    script_branch = next(branch for branch in branches if branch.key.startswith("SCRIPT"))
+    assert cell.splitlines()[script_branch.line - 1].strip().startswith("return torch.device(\"cuda\")")
+
+
+def test_a_key_survives_reformatting_and_moving_but_not_a_changed_condition():
+    first = keys("x = 1\n\n\ndef pick(device):\n    return 1 if device.type=='mps' else 0\n")
+    moved = keys("y = 2\n", "def pick(device):\n    return (1 if device.type == \"mps\"\n            else 0)\n")
+    changed = keys("def pick(device):\n    return 1 if device.type == 'xpu' else 0\n")
+    assert first == moved == ["pick: device.type == 'mps'"]
+    assert changed != first
+
+
+def test_markers_are_read_from_the_test_files(tmp_path):
+    (tmp_path / "test_x.py").write_text(
+        'import pytest\n\n@pytest.mark.gpu_branch("05", "train_step: run.cuda_graphs")\n'
+        '@pytest.mark.gpu_branch("shared", "synchronize: device.type == \'mps\'")\ndef test_a():\n    pass\n'
+        '@pytest.mark.parametrize("x", [1])\ndef test_b(x):\n    pass\n')
+    assert marker_claims(tmp_path) == {
+        ("05", "train_step: run.cuda_graphs"): ["tests/test_x.py::test_a"],
+        ("shared", "synchronize: device.type == 'mps'"): ["tests/test_x.py::test_a"]}
+
+
+def test_a_claim_must_name_a_test_function_that_exists():
+    assert test_exists("tests/test_gpu_branches.py::test_markers_are_read_from_the_test_files")
+    assert test_exists("tests/test_gpu_branches.py::test_markers_are_read_from_the_test_files[x]")
+    assert not test_exists("tests/test_gpu_branches.py::test_no_such_test")
+    assert not test_exists("tests/test_no_such_file.py::test_a")
+
+
+def test_the_shared_cells_are_listed_once():
+    branches = gpu_branches()
+    assert ("shared", "synchronize: device.type == 'mps'") in branches
+    assert not any(key.startswith("synchronize:") for notebook, key in branches if notebook != "shared")
+
+
+def test_unclaimed_stale_and_wrong_entries_are_found():
+    branch = Branch("05", "f: x", 1, "c1", 2)
+    branches = {("05", "f: x"): branch, ("05", "g: y"): branch, ("05", "h: z"): branch}
+    claims = {("05", "f: x"): ["tests/test_a.py::test_f"], ("05", "gone: w"): ["tests/test_a.py::test_w"]}
+    known = {("05", "g: y"): "waiting", ("05", "f: x"): "claimed meanwhile", ("05", "old: v"): "gone"}
+    assert list(unclaimed(branches, claims, known)) == [("05", "h: z")]
+    assert stale(known, branches, claims) == ([("05", "old: v")], [("05", "f: x")])
+    assert bad_claims(claims, branches, exists=lambda node_id: node_id.endswith("test_f")) == [
+        (("05", "gone: w"), "tests/test_a.py::test_w")]
+    assert bad_claims(claims, branches, exists=lambda node_id: False) == [
+        (("05", "f: x"), "tests/test_a.py::test_f"), (("05", "gone: w"), "tests/test_a.py::test_w")]

@@ -1,0 +1,66 @@
+"""The table of verdicts the notebooks must print (tests/verdicts.py): every entry names a real cell, and
+the check reads nbval's and the notebook model's outputs alike. The checks themselves run inside the
+notebook runs the suite already makes (conftest.py for nbval, test_browser.py for the page)."""
+import re
+import socket
+
+import pytest
+
+import verdicts
+from notebook_code import notebook_path, read
+from verdicts import SITUATIONS, VERDICTS, Verdict, is_offline, missing_verdicts, output_text
+
+
+@pytest.mark.parametrize("place", sorted(VERDICTS), ids=[f"{nb}-{cell}" for nb, cell in sorted(VERDICTS)])
+def test_every_entry_names_a_code_cell_that_exists(place):
+    notebook, cell_id = place
+    cells = {cell.get("id"): cell for cell in read(notebook_path(notebook)).cells}
+    assert cell_id in cells, f"notebook {notebook} has no cell {cell_id!r} any more: update tests/verdicts.py"
+    assert cells[cell_id].cell_type == "code"
+    for verdict in VERDICTS[place]:
+        re.compile(verdict.pattern)
+        assert verdict.when in SITUATIONS and len(verdict.why.split()) >= 4, verdict
+
+
+def test_the_text_of_nbval_outputs_and_of_a_notebook_model():
+    nbval_style = [{"output_type": "stream", "name": "stdout", "text": "All 4 checked variants kept\n"},
+                   {"output_type": "execute_result", "data": {"text/plain": "value", "text/html": "<b>x</b>"}}]
+    model_style = [{"output_type": "stream", "name": "stdout", "text": ["All 4 ", "checked variants kept\n"]},
+                   {"output_type": "display_data", "data": {"text/plain": ["val", "ue"], "image/png": "..."}},
+                   {"output_type": "error", "ename": "E", "evalue": "boom", "traceback": []}]
+    assert output_text(nbval_style) == output_text(model_style) == "All 4 checked variants kept\n\nvalue"
+
+
+def test_a_missing_verdict_is_reported_only_where_its_situation_holds(monkeypatch):
+    monkeypatch.setitem(VERDICTS, ("09", "c1"), [
+        Verdict(r"^Plan: stand-in\.", "offline", "offline the stand-ins are announced"),
+        Verdict(r"^kept: True$", "always", "the weights survive the round trip"),
+    ])
+    printed = [{"output_type": "stream", "name": "stdout", "text": "Plan: search.\nkept: True\n"}]
+    online = {**SITUATIONS, "offline": lambda: False}
+    offline = {**SITUATIONS, "offline": lambda: True}
+    assert missing_verdicts("09", "c1", printed, online) == []
+    assert [v.pattern for v in missing_verdicts("09", "c1", printed, offline)] == [r"^Plan: stand-in\."]
+    assert [v.pattern for v in missing_verdicts("09", "c1", [], online)] == [r"^kept: True$"]
+    assert missing_verdicts("09", "no-entry", [], offline) == []
+
+
+def test_the_offline_probe_tells_a_listening_port_from_a_closed_one():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        assert is_offline.__wrapped__("127.0.0.1", server.getsockname()[1], 2.0) is False
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, not listening: a connection is refused
+        assert is_offline.__wrapped__("127.0.0.1", closed.getsockname()[1], 2.0) is True
+
+
+def test_nbval_cells_are_checked_by_the_conftest_hook():
+    """conftest.py's pytest_runtest_call reads nbval's `test_outputs` and the cell's id: the names
+    nbval 0.11 gives them (nbval/plugin.py, IPyNbCell.__init__ and runtest)."""
+    from nbval.plugin import IPyNbCell
+
+    source = __import__("inspect").getsource(IPyNbCell)
+    assert "self.test_outputs = outs" in source and "self.cell = cell" in source
+    assert verdicts.describe_missing("05", "cell-65", [Verdict("x", "always", "a reason in words")], []) \
+        .startswith("notebook 05, cell cell-65: a verdict")
