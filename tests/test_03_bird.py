@@ -979,6 +979,7 @@ def run_cpu_comparison_cell(device):
     return space, asked
 
 
+@pytest.mark.gpu_branch("03", "cell cell-29: device.type != 'cpu' and COMPARE_WITH_CPU")
 def test_on_a_gpu_going_deeper_trains_once_more_on_the_cpu(capsys):
     space, asked = run_cpu_comparison_cell(torch.device("cuda"))
     assert asked == [("dataloaders", torch.device("cpu"), 16), ("make_learner", "cpu dataloaders"),

@@ -500,6 +500,7 @@ def test_first_uses_link_the_glossary_and_kernel_always_says_which():
 
 # --- issue 21: the GPU branches, run on the CPU with stand-ins shaped like the real torch API ---------------
 
+@pytest.mark.gpu_branch("04", "devices_to_compare: device.type != 'cpu'")
 def test_devices_to_compare_holds_the_cpu_and_the_accelerator():
     cpu = torch.device("cpu")
     assert nb.devices_to_compare(cpu) == [cpu]
@@ -507,6 +508,8 @@ def test_devices_to_compare_holds_the_cpu_and_the_accelerator():
         assert nb.devices_to_compare(accelerator) == [cpu, accelerator]
 
 
+@pytest.mark.gpu_branch("04", "describe_device: device.type == 'cuda'")
+@pytest.mark.gpu_branch("04", "describe_device: device.type == 'cpu'")
 def test_describe_device_names_a_cuda_gpu_by_its_name(monkeypatch):
     asked = []
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: asked.append(device) or "Tesla T4")
@@ -600,6 +603,10 @@ def played_back_results(depths=range(2, 13), batch_sizes=(100,), epochs=100):
     return pd.DataFrame(rows)
 
 
+@pytest.mark.gpu_branch("04", "cell cell-34: len(DEVICES) > 1")
+@pytest.mark.gpu_branch("04", "cell break-even: device.type != 'cpu'")
+@pytest.mark.gpu_branch("04", "cell break-even: gpu_fit is not None")
+@pytest.mark.gpu_branch("04", "cell cell-55: len(DEVICES) > 1")
 def test_the_cpu_against_gpu_cells_of_a_t4_run(tmp_path, monkeypatch, capsys):
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
