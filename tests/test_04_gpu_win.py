@@ -757,3 +757,56 @@ def test_earlier_results_with_the_columns_but_no_rows_are_skipped(tmp_path):
     pd.DataFrame(columns=sorted(nb.RESULT_COLUMNS)).to_csv(tmp_path / "04_disc_timings_empty_rows.csv",
                                                           index=False)
     assert nb.load_earlier_results([tmp_path]) == []
+
+
+# --- the measuring helpers, run for real on the CPU at a tiny size (coverage of every helper) ---------------
+
+def test_the_measuring_helpers_run_on_the_cpu_and_give_plausible_numbers():
+    cpu = torch.device("cpu")
+    points, labels = nb.generate_disc_set(200, torch.Generator().manual_seed(0))
+    inputs = nb.normalize(points)
+    row = nb.time_training(2, cpu, inputs, labels, epochs=2, batch_size=50)
+    assert row["depth"] == 2 and row["params"] == expected_parameters(2) and row["epochs"] == 2
+    assert row["epoch_s"] > 0 and row["s_per_100_epochs"] == pytest.approx(100 * row["epoch_s"])
+    assert 0 <= row["accuracy_pct"] <= 100 and row["gflop_per_s"] > 0
+    assert 0 < nb.launch_overhead_seconds(cpu, calls=20) < 0.01
+    assert 0 < nb.training_overhead_seconds(cpu, inputs, labels, batch_size=50) < 0.01
+    assert nb.matmul_flop_per_second(cpu, size=64) > 1e6
+
+
+@pytest.mark.parametrize("he_init, optimizer, kind", [(False, "sgd", torch.optim.SGD), (True, "adam", torch.optim.Adam)])
+def test_make_model_and_optimizer_gives_the_same_start_for_a_seed(he_init, optimizer, kind):
+    model, chosen = nb.make_model_and_optimizer(4, "cpu", lr=0.01, optimizer=optimizer, he_init=he_init, seed=3)
+    again, _ = nb.make_model_and_optimizer(4, "cpu", lr=0.01, optimizer=optimizer, he_init=he_init, seed=3)
+    assert isinstance(chosen, kind) and chosen.param_groups[0]["lr"] == 0.01
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters()))
+    biases = [layer.bias for layer in model if isinstance(layer, nn.Linear)]
+    assert all(bool((bias == 0).all()) for bias in biases) == he_init  # He initialisation zeroes the biases
+
+
+def test_expected_sweep_seconds_adds_the_cost_model_over_the_depths():
+    one = nb.expected_sweep_seconds([4], 10, 1000, 100, *T4_CPU)
+    assert one == pytest.approx(10 * 10 * nb.predict_step_seconds(nb.launches_per_step(4), nb.step_flops(4),
+                                                                    *T4_CPU))
+    both = nb.expected_sweep_seconds([2, 4], 10, 1000, 100, *T4_GPU, overlap=True)
+    assert both == pytest.approx(nb.expected_sweep_seconds([2], 10, 1000, 100, *T4_GPU, overlap=True)
+                                 + nb.expected_sweep_seconds([4], 10, 1000, 100, *T4_GPU, overlap=True))
+
+
+def test_load_average_is_nan_on_windows(monkeypatch):
+    assert nb.load_average() >= 0  # Linux and macOS have one
+    monkeypatch.delattr(nb.load_average.__globals__["os"], "getloadavg")  # as on Windows
+    assert math.isnan(nb.load_average())
+
+
+def test_plot_timings_draws_this_run_saved_runs_and_each_crossover():
+    results = played_back_results()
+    current = [("cpu (this run)", results[results.device == "cpu"]),
+               ("cuda (this run)", results[results.device == "cuda"])]
+    figure = nb.plot_timings(current, [("saved", results[results.device == "cpu"])], [1e5, 2e6])
+    axis = figure.axes[0]
+    assert [line.get_linestyle() for line in axis.lines[:3]] == ["-", "-", "--"]
+    assert len(axis.lines) == 5 and axis.get_xscale() == axis.get_yscale() == "log"  # + two crossover lines
+    assert "parameters" in axis.get_xlabel() and "(s, log scale)" in axis.get_ylabel() and axis.get_title()
+    import matplotlib.pyplot as plt
+    plt.close(figure)
