@@ -336,16 +336,6 @@ KNOWN_UNTESTED = {
     # Notebook 01 (owner of test_01): gather_facts() with torch.cuda stood in for, on a GPU machine
     # (test_gather_facts_has_exactly_the_keys_the_tests_make_up runs it on this CPU only).
     ("01", "gather_facts: cuda_available"): "no test runs gather_facts() with a GPU",
-    # Notebook 03 (owner of test_03): the CPU comparison after a GPU run.
-    ("03", "cell cell-29: device.type != 'cpu' and COMPARE_WITH_CPU"): "top-level cell",
-    # Notebook 04 (owner of test_04): describe_device() and the cells that add the GPU's curves.
-    ("04", "describe_device: device.type == 'cuda'"): "no test runs describe_device()",
-    ("04", "describe_device: device.type == 'cpu'"): "no test runs describe_device()",
-    ("04", "cell sizes: device.type != 'cpu'"): "top-level cell",
-    ("04", "cell cell-34: len(DEVICES) > 1"): "top-level cell: the CPU-against-GPU comparison",
-    ("04", "cell break-even: device.type != 'cpu'"): "top-level cell",
-    ("04", "cell break-even: gpu_fit is not None"): "top-level cell",
-    ("04", "cell cell-55: len(DEVICES) > 1"): "top-level cell",
     # Notebook 05 (owner of test_05): a training step with CUDA graphs (reduce-overhead), and the cells
     # that choose the profiler's GPU activity, the GPU-only variants and fastai's callbacks.
     ("05", "train_step: run.cuda_graphs"): "no test runs train_step() with cuda_graphs=True",
