@@ -96,6 +96,7 @@ def test_notebook_03_trains_and_skips_only_the_export_when_fastai_cannot_export(
     assert ("fastai 2.8.8 cannot export a trained model beside plum-dispatch 2.10.1: what needs fastai "
             "export is skipped.") in setup
     assert "stops" not in setup and "Settings > Internet" in setup
+    assert "Installing failed (ERROR: No matching distribution found for fastai>=2.8.12)." in setup
     shown = "\n".join(text_of(cell) for cell in cells[2:])
     assert "Export skipped: fastai 2.8.8 cannot export a trained model beside plum-dispatch 2.10.1." in (
         " ".join(shown.split()))
