@@ -29,7 +29,7 @@ import torchvision
 from ddgs.exceptions import DDGSException
 from PIL import Image
 
-from notebook_code import code_cells, load_helpers, notebook_path, read
+from notebook_code import code_cells, core_markdown, core_words, load_helpers, notebook_path, read, workshop_minutes
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +168,10 @@ def test_blocked_search_falls_back_and_a_later_run_only_searches_what_is_missing
     ({"bird": 60, "forest": 49}, False, True, "stand-in"),
     ({}, True, True, "search"),
     ({}, True, False, "stand-in"),
+    ({}, False, True, "stand-in"),
+    ({"bird": 50, "forest": 50}, False, False, "reuse"),  # exactly the minimum per class: enough
+    ({"bird": 50, "forest": 49}, True, True, "search"),  # one short: search for more
+    ({"bird": 50, "forest": 49}, False, True, "stand-in"),
 ])
 def test_plan_dataset(nb, counts, online, search_installed, expected):
     assert nb.plan_dataset(counts, 50, online, search_installed) == expected
@@ -184,6 +188,10 @@ def test_the_plan_says_plainly_why_there_is_no_search(nb):
     for text in (without_ddgs, offline, both):
         assert text.startswith("Plan: stand-in") and "teach nothing about real birds" in text
     assert nb.describe_plan("reuse", {"bird": 60, "forest": 55}, 50, False, False).startswith("Plan: reuse")
+    search = nb.describe_plan("search", {"bird": 3, "forest": 0}, 50, True, True)
+    assert search.startswith("Plan: search") and "downloads photos" in search
+    assert nb.no_search_reasons(True, True) == []
+    assert "the search failed" in nb.describe_plan("stand-in", counts, 50, True, True)  # online, yet it failed
 
 
 def test_without_ddgs_the_notebook_code_loads_and_never_searches(monkeypatch):
@@ -228,6 +236,151 @@ def test_internet_check_uses_a_short_timeout_and_never_raises(nb):
     assert nb.internet_available(connect=reachable, timeout=2.0) is True
     assert attempts == [(("duckduckgo.com", 443), 2.0), "closed"]
     assert nb.internet_available(connect=unreachable) is False
+
+
+# ---------------------------------------------------------------- the first look: one photo per class, as fast.ai
+
+def ddgs_result(url, title="a bird"):
+    """One result of ddgs 9's DDGS().images(): a dict with ImagesResult's fields (ddgs/results.py)."""
+    return {"title": title, "image": url, "thumbnail": "https://tse.example/th?id=1", "url": "https://a.example/page",
+            "height": 768, "width": 1024, "source": "Bing"}
+
+
+@pytest.fixture
+def first_look(nb, tmp_path, monkeypatch):
+    """Point the notebook's first look at a manifest in tmp_path and at a fake ddgs; returns the recorders."""
+    def use(ddgs):
+        space = nb.urls_from_manifest.__globals__  # the module namespace the helpers read at call time
+        pauses = []
+        monkeypatch.setitem(space, "MANIFEST", tmp_path / "bird_or_not" / "manifest.json")
+        monkeypatch.setitem(space, "IMAGES_PER_SEARCH", 100)
+        monkeypatch.setitem(space, "search_images", functools.partial(nb.search_images, ddgs_factory=ddgs,
+                                                                       sleep=pauses.append))
+        return pauses
+    return use
+
+
+def test_first_look_downloads_the_first_result_that_is_a_picture_and_keeps_the_search(nb, tmp_path, server,
+                                                                                      first_look, capsys):
+    urls = [f"{server}/missing.jpg", f"{server}/page.jpg", f"{server}/good-big.jpg", f"{server}/good.png"]
+    ddgs, calls = fake_ddgs([ddgs_result(url) for url in urls])
+    first_look(ddgs)
+    dest = tmp_path / "first_look" / "bird.jpg"
+    photo, detail = nb.search_first_photo("bird photo", dest, "search", online=True, search_installed=True)
+    assert (photo, detail) == (dest, f"{server}/good-big.jpg")  # the 404 and the web page were skipped
+    assert nb.picture_decodes(dest) and Image.open(dest).size == (600, 450)
+    assert sorted(path.name for path in dest.parent.iterdir()) == ["bird.jpg"]  # no .part left behind
+    assert PictureServer.requests == ["/missing.jpg", "/page.jpg", "/good-big.jpg"]  # stops at the photo
+    assert calls == [{"query": "bird photo", "max_results": 100, "timeout": 10}]
+    assert nb.first_look_source(photo, None) == "search"
+    forest = tmp_path / "first_look" / "forest.jpg"
+    forest.write_bytes(jpeg_bytes(30, 20))
+    nb.show_first_look({"bird": (photo, detail), "forest": (forest, "u/f")},
+                       {"bird": "bird photo", "forest": "forest photo"}, tmp_path / "no_folder")
+    out = capsys.readouterr().out
+    assert f"bird: the first photo the search for 'bird photo' found, from {server}/good-big.jpg" in out
+    assert "STAND-IN" not in out and "prepared" not in out
+
+    def no_search(query, max_images):
+        raise AssertionError("Step 2 must reuse the first look's search")
+
+    manifest = tmp_path / "bird_or_not" / "manifest.json"
+    reused, problem = nb.collect_urls({"bird": ["bird photo"]}, manifest, 100, search=no_search)
+    assert problem is None and reused == {"bird": urls}
+
+
+def test_first_look_with_failed_downloads_shows_a_labelled_standin_or_the_prepared_photo(nb, tmp_path, server,
+                                                                                          first_look, capsys):
+    ddgs, _ = fake_ddgs([ddgs_result(f"{server}/missing.jpg"), ddgs_result("http://127.0.0.1:9/refused.jpg")])
+    first_look(ddgs)
+    dest = tmp_path / "first_look" / "bird.jpg"
+    photo, problem = nb.search_first_photo("bird photo", dest, "search", online=True, search_installed=True)
+    assert photo is None and not dest.exists() and not dest.with_name("bird.jpg.part").exists()
+    assert problem.startswith("the download failed (URLError:")  # the last one tried: refused
+    assert "\n" not in problem
+
+    nothing = tmp_path / "no_folder"
+    first_photos = {"bird": (None, problem), "forest": (None, "no search can run, because there is no internet")}
+    nb.show_first_look(first_photos, {"bird": "bird photo", "forest": "forest photo"}, nothing)
+    out = capsys.readouterr().out
+    assert out.count("a STAND-IN DRAWING, not a photo. Why: ") == 2
+    assert "Online, with ddgs, this cell shows the first photo DuckDuckGo finds for 'bird photo'." in out
+    assert problem in out and "there is no internet" in out
+
+    make_photo_folder(tmp_path / "prepared", 2)
+    nb.show_first_look(first_photos, {"bird": "bird photo", "forest": "forest photo"}, tmp_path / "prepared")
+    out = capsys.readouterr().out
+    assert out.count("the first photo of the prepared folder") == 2 and "STAND-IN" not in out
+    assert "Online, with ddgs" not in out  # a photo: nothing to excuse
+
+
+def test_first_look_when_the_search_is_blocked_or_finds_no_picture(nb, tmp_path, first_look):
+    ddgs, calls = fake_ddgs(DDGSException("202 Ratelimit"))
+    pauses = first_look(ddgs)
+    photo, problem = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", "search", True, True)
+    assert photo is None and "failed 2 times" in problem and "Ratelimit" in problem
+    assert len(calls) == 2 and pauses == [5.0]  # a short retry: the first look goes on soon
+
+    no_images, calls = fake_ddgs([{"title": "a result without a picture URL", "image": ""}])
+    first_look(no_images)
+    photo, problem = nb.search_first_photo("forest photo", tmp_path / "forest.jpg", "search", True, True)
+    assert photo is None and "no pictures" in problem
+
+
+@pytest.mark.parametrize("online, search_installed", [(False, True), (True, False), (False, False)])
+def test_first_look_without_a_search_does_not_try_one(nb, tmp_path, online, search_installed):
+    def must_not_search(query):
+        raise AssertionError("no search can run")
+
+    photo, problem = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", "stand-in", online,
+                                           search_installed, find_urls=must_not_search)
+    assert photo is None and problem.startswith("no search can run, because ")
+    assert ("no internet" in problem) == (not online) and ("not installed" in problem) == (not search_installed)
+
+
+@pytest.mark.parametrize("plan, searched", [("reuse", False), ("search", True), ("stand-in", True)])
+def test_first_look_uses_no_network_when_the_plan_is_reuse(nb, tmp_path, plan, searched):
+    """A prepared folder (a workshop, or a rerun) means no network at all; otherwise the search runs
+    whenever it can, even when Step 2 will not (the plan may be 'stand-in' after a failed search)."""
+    asked = []
+
+    def find_urls(query):
+        asked.append(query)
+        return None, "the search failed"
+
+    photo, detail = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", plan, True, True,
+                                          find_urls=find_urls)
+    assert photo is None and (asked == ["bird photo"]) == searched
+    assert ("nothing is searched or downloaded" in detail) == (not searched)
+
+
+@pytest.mark.parametrize("bad_results, found", [(4, True), (5, False)])
+def test_first_look_tries_exactly_five_results(nb, tmp_path, bad_results, found):
+    """A stand-in for fastdownload's download_url(url, dest, timeout=..., show_progress=...): refused
+    connections (urllib's URLError, as urlopen raises it) for the first results, then a good JPEG."""
+    urls = [f"https://bad.example/{index}.jpg" for index in range(bad_results)] + ["https://good.example/bird.jpg"]
+    tried = []
+
+    def download(url, dest, timeout=None, show_progress=True):
+        tried.append(url)
+        assert timeout and not show_progress
+        if "bad" in url:
+            raise urllib.error.URLError("[Errno 111] Connection refused")
+        dest.write_bytes(jpeg_bytes(40, 30))
+        return dest
+
+    photo, detail = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", "search", True, True,
+                                          find_urls=lambda query: (urls, None), download=download)
+    assert (photo is not None) == found and len(tried) == min(len(urls), 5)
+    assert detail == ("https://good.example/bird.jpg" if found else
+                      "the download failed (URLError: <urlopen error [Errno 111] Connection refused>)")
+
+
+@pytest.mark.parametrize("photo, prepared, expected", [
+    ("bird.jpg", None, "search"), ("bird.jpg", "prepared.jpg", "search"),
+    (None, "prepared.jpg", "prepared"), (None, None, "stand-in")])
+def test_first_look_source(nb, photo, prepared, expected):
+    assert nb.first_look_source(photo, prepared) == expected
 
 
 # ---------------------------------------------------------------- the real download path, against a local server
@@ -375,11 +528,12 @@ def test_the_fine_tune_prose_says_what_fastai_trains(nb, tiny_dls):
     learn.unfreeze()
     learn.opt.set_hyper("lr", slice(1e-5, 1e-3))  # fine_tune's slice(base_lr / lr_mult, base_lr)
     assert [round(h["lr"], 8) for h in learn.opt.hypers] == [1e-5, 1e-4, 1e-3]  # earlier layers learn slower
-    prose = markdown_text()
+    prose, core = markdown_text(), core_markdown(read(notebook_path("03")))
     for words in ("train_bn", "batch-normalisation layers of the body", "discriminative learning rates",
                   "slice(base_lr / 100, base_lr)", "several layers"):
-        assert words in prose, words
+        assert words in prose and words not in core, words  # the internals live in Going deeper
     assert "only the new last layer learns" not in prose
+    assert "fine_tune(EPOCHS)" in core and "Going deeper" in core  # two sentences in the core point there
 
 
 def test_the_device_argument_overrides_fastais_default_device(nb, tmp_path, monkeypatch):
@@ -414,12 +568,17 @@ def test_the_lesson_is_in_view_and_the_plumbing_folded():
                 assert len([line for line in cell.source.splitlines() if line.strip()]) <= 25, cell.source[:60]
 
 
-def test_a_picture_of_each_class_comes_before_the_search_machinery():
+def test_the_first_look_is_a_visible_search_and_download_before_the_download_machinery():
     sources = [cell.source for cell in read(notebook_path("03")).cells]
-    first_look = next(i for i, source in enumerate(sources) if "show_one_per_class(pictures" in source)
-    search = next(i for i, source in enumerate(sources) if "def search_images" in source)
     plan = next(i for i, source in enumerate(sources) if source.startswith("image_counts = check_pictures"))
-    assert plan < first_look < search
+    first_look = next(i for i, source in enumerate(sources) if "show_first_look(first_photos, first_queries" in source)
+    download = next(i for i, source in enumerate(sources) if "def download_dataset" in source)
+    training = next(i for i, source in enumerate(sources) if "def train(" in source)
+    assert plan < first_look < download < training
+    cell = sources[first_look]
+    assert not cell.startswith("#@title") and len(cell.splitlines()) <= 8  # short, and in view
+    assert "search_first_photo(" in cell and "FIRST_LOOK_DIR" in cell
+    assert ast.parse(cell) and not any(isinstance(node, ast.If) for node in ast.parse(cell).body)
 
 
 def test_opening_findings_run_time_table_core_summary_then_going_deeper():
@@ -437,6 +596,29 @@ def test_opening_findings_run_time_table_core_summary_then_going_deeper():
     for phrase in ("here, on a", "here it printed", "on this machine", "here they say", "here both say",
                    "measured here", "in a full run on this", "here, without", "here, offline", "as here"):
         assert phrase not in prose, phrase
+
+
+def test_the_core_fits_a_workshop_slot():
+    notebook = read(notebook_path("03"))
+    assert core_words(notebook) <= 2000
+    minutes = workshop_minutes(notebook)
+    assert minutes and max(minutes) <= 60, minutes
+    workshop_row = next(line for line in notebook.cells[0].source.splitlines() if "Workshop" in line)
+    assert workshop_row.split("|")[1].strip().startswith("Workshop") and "T4" in workshop_row
+
+
+GLOSSARY = "(../README.md#glossary)"
+
+
+def test_first_uses_link_the_glossary_and_kernel_always_says_which():
+    core = core_markdown(read(notebook_path("03")))
+    for term in ("`device`", "epochs", "batch", "ROCm", "MPS", "synchronizes", "CUDA"):
+        first = re.search(rf"\[{re.escape(term)}\]\(|(?<![\w`]){re.escape(term)}(?!\w)", core)
+        assert first and first.group().startswith("["), f"the first {term!r} of the core is not linked"
+        assert f"[{term}]{GLOSSARY}" in core, term
+    for match in re.finditer(r"kernel", markdown_text(), re.IGNORECASE):
+        before = markdown_text()[max(0, match.start() - 8):match.start()]
+        assert "GPU" in before or "Jupyter" in before, before
 
 
 def test_the_training_recipe_follows_the_weights(nb):
@@ -466,6 +648,16 @@ def test_the_training_cell_says_what_its_error_rate_means(nb):
     assert "random weights" in random_photos and "pretrained weights" in random_photos
     assert "learned the task" in nb.interpret_training(0.0, pretrained=True, standin=False)
     assert "Step 5" in nb.interpret_training(0.25, pretrained=True, standin=False)
+
+
+@pytest.mark.parametrize("error_rate, good", [(0.1, True), (0.1001, False)])  # the verdicts' edge: 10 % wrong
+def test_the_training_verdicts_at_their_edge(nb, error_rate, good):
+    photos = nb.interpret_training(error_rate, pretrained=True, standin=False)
+    assert ("learned the task" in photos) == good and ("Step 5" in photos) == (not good)
+    drawings = nb.interpret_training(error_rate, pretrained=True, standin=True)
+    assert ("it tells the drawings apart" in drawings) == good
+    assert "random weights" not in photos and "random weights" in nb.interpret_training(
+        error_rate, pretrained=False, standin=False)
 
 
 # ---------------------------------------------------------------- broken pictures in the folder to train on
@@ -555,6 +747,15 @@ def test_too_few_pictures_after_the_check_means_the_standins(nb, tmp_path, capsy
     assert "Too few usable photos" in out and "STAND-IN DATA" in out
 
 
+@pytest.mark.parametrize("per_class, minimum, expected", [(3, 3, "reuse"), (3, 4, "stand-in")])
+def test_photos_are_used_from_exactly_the_minimum_per_class(nb, tmp_path, capsys, per_class, minimum, expected):
+    photos, standin = tmp_path / "bird_or_not", tmp_path / "standin"
+    make_photo_folder(photos, per_class)
+    folder, plan = nb.pictures_to_train_on("reuse", photos, standin, LABELS, minimum, 2)
+    assert plan == expected and folder == (photos if expected == "reuse" else standin)
+    assert ("STAND-IN DATA" in capsys.readouterr().out) == (expected == "stand-in")
+
+
 def test_download_path_checks_what_an_interrupted_run_left_behind(nb, tmp_path, server):
     photos = tmp_path / "bird_or_not"
     planted = plant_broken_pictures(photos / "bird")  # an earlier download that was stopped half-way
@@ -586,17 +787,25 @@ def test_standin_path_checks_its_folder_and_redraws_a_broken_drawing(nb, tmp_pat
     assert "STAND-IN DATA" in capsys.readouterr().out
 
 
-NO_DDGS_CELL = """\
-# Added by the test: a machine without ddgs, like Kaggle's image with Internet off, or Colab
+EXPORT_BROKEN_WHY = "fastai 2.8.8 cannot export a trained model beside plum-dispatch 2.10.1"
+NO_DDGS_CELL = f"""\
+# Added by the test: a machine without ddgs, like Kaggle's image with Internet off, or Colab,
+# whose fastai cannot export (what the setup cell reports for fastai 2.8.8 beside plum-dispatch 2.10.1)
 import sys
 sys.modules["ddgs"] = None  # from here on `import ddgs` fails, as it does when the package is missing
 UNAVAILABLE.add("ddgs")
-print("ddgs made unavailable by the test")"""
+UNAVAILABLE_WHY["ddgs"] = "not installed"
+UNAVAILABLE.add("fastai export")
+UNAVAILABLE_WHY["fastai export"] = {EXPORT_BROKEN_WHY!r}
+print("ddgs and fastai's export made unavailable by the test")"""
 
 
-def test_notebook_alone_without_ddgs_reuses_a_prepared_folder_with_broken_files(tmp_path, monkeypatch):
+def test_notebook_alone_without_ddgs_and_export_reuses_a_prepared_folder_with_broken_files(tmp_path,
+                                                                                          monkeypatch):
     """End to end, in fast mode: a copy of the notebook alone in an empty folder, with data/bird_or_not
-    prepared beside it (60 good JPEGs per class and three broken files), ddgs unavailable, no internet."""
+    prepared beside it (60 good JPEGs per class and three broken files), ddgs unavailable, no internet,
+    and a fastai that cannot export: it trains, skips only the export with its reason, and runs to the end.
+    (nbval's run of the notebook covers the working export.)"""
     notebook = read(notebook_path("03"))
     install_cell = next(i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code")
     notebook.cells.insert(install_cell + 1, nbformat.v4.new_code_cell(NO_DDGS_CELL))
@@ -611,15 +820,43 @@ def test_notebook_alone_without_ddgs_reuses_a_prepared_folder_with_broken_files(
 
     text = "\n".join(output.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
                      for output in cell.outputs)
-    assert "ddgs made unavailable by the test" in text and "Plan: reuse" in text
+    assert "ddgs and fastai's export made unavailable by the test" in text and "Plan: reuse" in text
     assert files_in(run / "data" / "bird_or_not_broken" / "bird") == planted
     assert not (run / "data" / "bird_or_not_standin").exists()  # it trained on the prepared pictures
-    assert (run / "data" / "bird_or_not_classifier.pkl").is_file()  # and ran to the end
+    assert "Trained on cpu" in text and "final error_rate" in text
+    assert f"Export skipped: {EXPORT_BROKEN_WHY}." in text  # the reason, printed
+    assert not (run / "data" / "bird_or_not_classifier.pkl").exists()  # neither saved nor loaded
+    assert "loaded back" not in text
+    assert all(cell.execution_count is not None for cell in notebook.cells if cell.cell_type == "code")
     tables = [output["data"]["text/html"] for cell in notebook.cells if cell.cell_type == "code"
               for output in cell.outputs if "dataframe" in output.get("data", {}).get("text/html", "")]
     assert tables, "the notebook shows its results as tables"
     for table in tables:
         assert not re.search(r">-?\d+\.\d{4,}<", table), f"a table with unrounded numbers: {table[:300]}"
+
+
+def test_export_is_skipped_only_when_the_setup_cell_says_fastai_cannot_export(nb):
+    why = {"fastai export": "fastai 2.8.8 cannot export a trained model beside plum-dispatch 2.10.1.",
+           "ddgs": "not installed"}
+    assert nb.export_skip_reason(set(), {}) is None
+    assert nb.export_skip_reason({"ddgs"}, why) is None  # another missing package costs no export
+    skipped = nb.export_skip_reason({"ddgs", "fastai export"}, why)
+    assert skipped.startswith("Export skipped: fastai 2.8.8 cannot export a trained model beside "
+                              "plum-dispatch 2.10.1. The model")  # the reason, one period
+    assert "learn.export" in skipped and "load_learner" in skipped  # what a working install does
+    assert "cannot export" in nb.export_skip_reason({"fastai export"}, {})  # a reason even without one
+
+
+def test_the_export_cell_asks_the_setup_cells_names():
+    (source,) = [source for source in code_cells(read(notebook_path("03"))) if "learn.export(" in source]
+    tree = ast.parse(source)
+    (branch,) = [node for node in tree.body if isinstance(node, ast.If)]
+    assert ast.unparse(branch.test) == "skip_reason"
+    assert "print(skip_reason)" in ast.unparse(branch.body)
+    assert "learn.export" in ast.unparse(branch.orelse) and "load_learner" in ast.unparse(branch.orelse)
+    assert "export_skip_reason(UNAVAILABLE, UNAVAILABLE_WHY)" in source
+    install_cell = code_cells(read(notebook_path("03")))[0]
+    assert "UNAVAILABLE_WHY = " in install_cell and "UNAVAILABLE = set(UNAVAILABLE_WHY)" in install_cell
 
 
 # ---------------------------------------------------------------- stand-in data, batch size, learner weights
@@ -637,7 +874,8 @@ def test_standin_dataset_is_deterministic_and_reruns_add_nothing(nb, tmp_path):
         assert picture.size == (256, 192) and picture.mode == "RGB"
 
 
-@pytest.mark.parametrize("n_train, expected", [(32, 8), (128, 32), (256, 64), (5000, 64), (10, 2), (3, 1)])
+@pytest.mark.parametrize("n_train, expected", [(32, 8), (128, 32), (256, 64), (255, 32), (5000, 64), (10, 2),
+                                               (8, 2), (7, 1), (3, 1), (0, 1)])
 def test_choose_batch_size(nb, n_train, expected):
     batch_size = nb.choose_batch_size(n_train)
     assert batch_size == expected
@@ -708,3 +946,51 @@ def test_a_damaged_weights_file_falls_back_too(nb, tiny_dls, torch_home, capsys)
     _, pretrained = nb.make_learner(tiny_dls)
     assert pretrained is False
     assert "RuntimeError" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- Going deeper's GPU branch: train again on the CPU
+
+def run_cpu_comparison_cell(device):
+    """Run the notebook's own 'same training on the CPU' cell with `device` as the chosen device; the data
+    block, the learner and the training are stand-ins that record which device they were asked for."""
+    (source,) = [cell.source for cell in read(notebook_path("03")).cells if cell.get("id") == "cell-29"]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"fastai\.")
+        space = load_helpers("03").time_it.__globals__  # a fresh namespace, as the notebook has it
+    asked = []
+
+    class Block:
+        def dataloaders(self, folder, device=None, bs=None):
+            asked.append(("dataloaders", device, bs))
+            return "cpu dataloaders"
+
+    def make_learner(dls):
+        asked.append(("make_learner", dls))
+        return "cpu learner", True
+
+    def train(learn, pretrained):
+        asked.append(("train", learn, pretrained))
+        time.sleep(0.02)
+
+    space.update(device=device, train_seconds=0.01, block=Block(), data_folder="data/bird_or_not", batch_size=16,
+                 make_learner=make_learner, train=train)
+    exec(compile(source, "<notebook 03, cell-29>", "exec"), space)
+    return space, asked
+
+
+@pytest.mark.gpu_branch("03", "cell cell-29: device.type != 'cpu' and COMPARE_WITH_CPU")
+def test_on_a_gpu_going_deeper_trains_once_more_on_the_cpu(capsys):
+    space, asked = run_cpu_comparison_cell(torch.device("cuda"))
+    assert asked == [("dataloaders", torch.device("cpu"), 16), ("make_learner", "cpu dataloaders"),
+                     ("train", "cpu learner", True)]
+    assert [row["device"] for row in space["timings"][:2]] == ["cuda", "cpu"]
+    assert space["timings"][1]["train_s"] >= 0.02
+    out = capsys.readouterr().out
+    assert out.startswith("Speed-up of cuda over the CPU, this run: ") and " x" in out
+
+
+def test_on_the_cpu_going_deeper_does_not_train_again(capsys):
+    space, asked = run_cpu_comparison_cell(torch.device("cpu"))
+    assert asked == [] and [row["device"] for row in space["timings"]] == ["cpu", "cuda", "cpu"]
+    assert "the time above is already the CPU time" in capsys.readouterr().out

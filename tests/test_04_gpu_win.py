@@ -5,7 +5,9 @@ literal constants. Nothing here needs a GPU. The shared timing function `time_it
 test_shared_setup.py.
 """
 import math
+import re
 import time
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -13,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from notebook_code import REPO, load_helpers, notebook_path, read
+from notebook_code import REPO, core_markdown, core_words, load_helpers, notebook_path, read, workshop_minutes
 
 nb = load_helpers("04")
 
@@ -463,3 +465,348 @@ def test_prose_does_not_say_what_here_printed():
         if cell.cell_type == "markdown":
             for phrase in BANNED:
                 assert phrase not in cell.source.lower(), (phrase, cell.source[:80])
+
+
+# --- issue 17: a core that fits a workshop slot, its words explained or linked ------------------------------
+
+def test_the_core_fits_a_workshop_slot():
+    notebook = read(notebook_path("04"))
+    assert core_words(notebook) <= 2000
+    minutes = workshop_minutes(notebook)
+    assert minutes and max(minutes) <= 60, minutes
+    core = core_markdown(notebook)
+    for anecdote in ("0.04 and 1.9 s", "from PyTorch 2.9 on", "foreach"):  # moved to Going deeper
+        assert anecdote not in core, anecdote
+    deeper = " ".join(cell.source for cell in _cells() if cell.cell_type == "markdown")
+    assert "0.04 and 1.9 s" in deeper and "from PyTorch 2.9 on" in deeper
+
+
+GLOSSARY = "(../README.md#glossary)"
+
+
+def test_first_uses_link_the_glossary_and_kernel_always_says_which():
+    core = core_markdown(read(notebook_path("04")))
+    for term in ("`synchronize`", "device", "epochs", "batch", "tensors", "CUDA", "GPU kernels", "launches",
+                 "FLOP/s", "accelerators"):
+        first = re.search(rf"\[{re.escape(term)}\]\(|(?<![\w`\[]){re.escape(term)}(?![\w/])", core)
+        assert first and first.group().startswith("["), f"the first {term!r} of the core is not linked"
+        assert f"[{term}]{GLOSSARY}" in core, term
+    sources = [cell.source for cell in _cells()]
+    for text in sources:
+        for match in re.finditer(r"kernel", text, re.IGNORECASE):
+            before = text[max(0, match.start() - 8):match.start()]
+            assert "GPU" in before or "Jupyter" in before or "KAGGLE_" in before, text[match.start() - 60:][:80]
+
+
+# --- issue 21: the GPU branches, run on the CPU with stand-ins shaped like the real torch API ---------------
+
+@pytest.mark.gpu_branch("04", "devices_to_compare: device.type != 'cpu'")
+def test_devices_to_compare_holds_the_cpu_and_the_accelerator():
+    cpu = torch.device("cpu")
+    assert nb.devices_to_compare(cpu) == [cpu]
+    for accelerator in (torch.device("cuda"), torch.device("mps"), torch.device("cuda", 1)):
+        assert nb.devices_to_compare(accelerator) == [cpu, accelerator]
+
+
+@pytest.mark.gpu_branch("04", "describe_device: device.type == 'cuda'")
+@pytest.mark.gpu_branch("04", "describe_device: device.type == 'cpu'")
+def test_describe_device_names_a_cuda_gpu_by_its_name(monkeypatch):
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: asked.append(device) or "Tesla T4")
+    assert nb.describe_device(torch.device("cuda")) == "Tesla T4" and asked == [torch.device("cuda")]
+    assert nb.describe_device(torch.device("cpu")).endswith(f"CPU ({torch.backends.cpu.get_cpu_capability()})")
+    assert nb.describe_device(torch.device("mps")) == "mps" and len(asked) == 1
+
+
+@pytest.mark.parametrize("load, busy", [(2.0, True), (1.99, False), (3.5, True)])
+def test_machine_is_busy_from_as_many_runnable_programs_as_cores(load, busy):
+    assert nb.machine_is_busy(load, 2) is busy
+
+
+def notebook_cell(cell_id):
+    (source,) = [cell.source for cell in _cells() if cell.get("id") == cell_id]
+    return source
+
+
+def notebook_namespace(**values):
+    """A fresh copy of the notebook's helpers, in their own namespace, plus what earlier cells set."""
+    space = load_helpers("04").readable.__globals__  # the dict the helpers read their globals from
+    space.update(values)
+    return space
+
+
+def run_cells(space, *cell_ids):
+    for cell_id in cell_ids:
+        exec(compile(notebook_cell(cell_id), f"<notebook 04, cell {cell_id}>", "exec"), space)
+
+
+class CudaCalls:
+    """torch.cuda as a CUDA machine shows it: synchronize and get_device_name, each call recorded."""
+
+    def __init__(self):
+        self.synchronized = []
+
+    def synchronize(self, device=None):
+        self.synchronized.append(device)
+
+    def get_device_name(self, device=None):
+        return "Tesla T4"
+
+
+class TorchWithCuda:
+    """The torch module, but with the CudaCalls above, and tensors asked for on "cuda" made on the CPU."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def randn(self, *size, device=None):
+        return torch.randn(*size)
+
+
+def test_the_synchronize_demo_on_a_cuda_gpu_synchronizes_only_the_right_timing(capsys):
+    cuda = CudaCalls()
+    gpu = torch.device("cuda")
+    space = notebook_namespace(DEVICES=[gpu], display=print)
+    space["torch"] = TorchWithCuda(cuda)  # what the cell's helpers (synchronize, time_it) call
+    space["sync_demo_size"] = lambda device: 64  # the stand-in: a CPU multiplies 4096² matrices slowly
+    run_cells(space, "sync-demo")
+    # the naive timing calls nothing; then one synchronize before the correct timing, and time_it's two per
+    # timed run (3 runs): on a GPU the clock is read only after the queued work is done
+    assert cuda.synchronized == [gpu] * 7
+    assert space["sync_rows"][0]["device"] == "cuda" and space["sync_rows"][0]["synchronized_ms"] > 0
+    assert capsys.readouterr().out.startswith("cuda: ")  # describe_sync_demo's GPU sentence
+
+
+# A T4 run of the sweep, played back: step times made by the cost model from numbers like a Colab T4's
+# (launch-bound for every depth of the sweep) beside its 2-core CPU.
+T4_CPU = (20e-6, 50e9)  # seconds per operation, FLOP/s: the CPU adds its two costs
+T4_GPU = (40e-6, 8e12)  # the GPU overlaps them
+
+
+def played_back_results(depths=range(2, 13), batch_sizes=(100,), epochs=100):
+    rows = []
+    for device, (overhead, throughput), overlap in (("cpu", T4_CPU, False), ("cuda", T4_GPU, True)):
+        for batch_size in batch_sizes:
+            for depth in depths:
+                step_s = float(nb.predict_step_seconds(nb.launches_per_step(depth),
+                                                       nb.step_flops(depth, batch_size),
+                                                       overhead, throughput, overlap))
+                epoch_s = math.ceil(1000 / batch_size) * step_s
+                rows.append({"device": device, "name": "Tesla T4" if overlap else "x86_64 CPU (AVX2)",
+                             "load_1min": 0.5, "depth": depth, "params": expected_parameters(depth),
+                             "batch_size": batch_size, "epochs": epochs, "epoch_s": epoch_s,
+                             "s_per_100_epochs": 100 * epoch_s, "accuracy_pct": 97.0 if depth < 7 else 50.5,
+                             "gflop_per_s": 1.0})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.gpu_branch("04", "cell cell-34: len(DEVICES) > 1")
+@pytest.mark.gpu_branch("04", "cell break-even: device.type != 'cpu'")
+@pytest.mark.gpu_branch("04", "cell break-even: gpu_fit is not None")
+@pytest.mark.gpu_branch("04", "cell cell-55: len(DEVICES) > 1")
+def test_the_cpu_against_gpu_cells_of_a_t4_run(tmp_path, monkeypatch, capsys):
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    shown = []
+    machine = pd.DataFrame({"device": ["cpu", "cuda"], "training_overhead_us": [20.0, 40.0],
+                            "matmul_gflop_per_s": [50.0, 8000.0]}).set_index("device")
+    batch_results = played_back_results(depths=[2, 6, 10, 11], batch_sizes=(10, 100, 1000), epochs=5)
+    batch_results["model_epoch_s"] = batch_results.epoch_s
+    space = notebook_namespace(device=gpu, DEVICES=[cpu, gpu], DEPTHS=list(range(2, 13)), FAST=False,
+                               DATA_DIR=tmp_path, results=played_back_results(), machine=machine,
+                               batch_results=batch_results, display=shown.append,
+                               train_target=torch.tensor([0, 1] * 500))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*non-interactive", category=UserWarning)  # plt.show on Agg
+        run_cells(space, "cell-34", "cell-36", "curve-read", "cell-38", "accuracy-read", "fit", "cell-48",
+                  "break-even", "cell-55")
+    out = capsys.readouterr().out
+
+    comparison = shown[0]
+    assert list(comparison.columns) == ["params", "cpu_s", "gpu_s", "speedup"]
+    assert comparison.speedup.iloc[0] < 1 < comparison.speedup.iloc[-1]  # the GPU loses small, wins large
+    (crossover,) = space["crossovers"]
+    assert expected_parameters(7) < crossover < expected_parameters(9)
+    assert f"The curves cross at: {crossover:,.0f} parameters" in out
+
+    saved = sorted(path.name for path in tmp_path.glob("04_disc_timings_*.csv"))
+    assert [name.split("_")[3] for name in saved] == ["cpu", "cuda"]
+    assert set(pd.read_csv(next(tmp_path.glob("04_disc_timings_cuda_*.csv"))).device) == {"cuda"}
+
+    assert "cuda (larger of the two): fitted overhead 40.0 µs" in out
+    assert "every model of the sweep was launch-bound" in out  # a T4 on this sweep: no arithmetic term
+    assert space["fits"]["cuda"][0] == pytest.approx(40e-6) and space["fits"]["cuda"][1] == math.inf
+    assert space["fits"]["cpu"] == pytest.approx(T4_CPU)
+    assert f"The fitted models cross at: {crossover:,.0f} parameters | measured: {crossover:,.0f}" in out
+    assert "Break-even: cuda wins once an operation carries more than 1,000,000 FLOPs" in out
+    assert "cuda: The models with 2, 3, 4, 5, 6 layers learned" in out
+    for batch_size in (10, 100, 1000):
+        assert f"Batches of {batch_size}: the CPU and GPU curves cross at" in out
+    crossings = nb.batch_crossovers(batch_results, "cuda")
+    assert crossings[10][0] > crossings[100][0] > crossings[1000][0]  # smaller batches: a later crossover
+    assert all(len(found) == 1 for found in crossings.values())
+    assert "cuda: with batches of 10 an epoch took" in out
+
+
+def test_side_by_side_and_the_crossovers_of_the_fitted_models():
+    results = played_back_results()
+    comparison = nb.side_by_side(results, "cuda")
+    assert comparison.index.tolist() == list(range(2, 13))
+    assert (comparison.speedup == comparison.cpu_s / comparison.gpu_s).all()
+    measured = nb.find_crossovers(comparison.params, comparison.cpu_s, comparison.gpu_s)
+    fitted = nb.fitted_crossovers(list(range(2, 13)), comparison.params, T4_CPU, T4_GPU)
+    assert fitted == pytest.approx(measured) and len(fitted) == 1
+    assert nb.fitted_crossovers([2, 3], [22, 70], T4_CPU, (1e-6, 8e12)) == []  # faster from the start
+    assert nb.describe_points([]) == "no point"
+    assert nb.describe_points([703142.4, 1e6]) == "703,142 parameters, 1,000,000 parameters"
+
+
+@pytest.mark.parametrize("accelerator", ["cuda"])
+def test_benchmark_timer_synchronizes_a_cuda_gpu_after_every_run(monkeypatch, accelerator):
+    events = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(("sync", device)))
+    timer = nb.benchmark_timer(lambda: events.append("run"), torch.device(accelerator))
+    timer.timeit(number=5)
+    runs = [index for index, event in enumerate(events) if event == "run"]
+    assert len(runs) >= 5
+    assert all(events[index + 1] == ("sync", torch.device("cuda")) for index in runs), events
+
+
+# --- issue 21: every verdict on both sides of its edge ---------------------------------------------------
+
+@pytest.mark.parametrize("cold_s, start_up", [(1.2, True), (1.19, False)])
+def test_cold_warm_verdict_at_its_edge(cold_s, start_up):
+    text = nb.describe_cold_warm("cuda", cold_s=cold_s, warm_s=1.0)
+    assert ("one-time start-up" in text) == start_up and ("no real start-up" in text) == (not start_up)
+    assert "On a GPU" not in text  # only the CPU's sentence says what a GPU would show
+
+
+@pytest.mark.parametrize("synchronized_s, agree", [(1.24, True), (1.25, False), (0.76, True), (0.75, False)])
+def test_cpu_sync_verdict_at_its_edge(synchronized_s, agree):
+    text = nb.describe_sync_demo("cpu", naive_s=1.0, synchronized_s=synchronized_s)
+    assert ("agree within" in text) == agree and ("noise" in text) == (not agree)
+
+
+@pytest.mark.parametrize("synchronized_s, too_small", [(2.0, True), (1.99, False)])
+def test_gpu_sync_verdict_at_its_edge(synchronized_s, too_small):
+    text = nb.describe_sync_demo("cuda", naive_s=1.0, synchronized_s=synchronized_s)
+    assert ("times too small" in text) == too_small and ("differ by only" in text) == (not too_small)
+
+
+@pytest.mark.parametrize("throughput, below", [(8e9, False), (7.99e9, True)])
+def test_fit_verdict_at_its_edge(throughput, below):
+    text = nb.describe_fit("cpu", False, (20e-6, throughput), (20e-6, 10e9))
+    assert ("use the device less well" in text) == below
+
+
+@pytest.mark.parametrize("accuracy, learned", [(51.0, True), (50.9, False)])
+def test_accuracy_verdicts_at_their_edge(accuracy, learned):
+    sentence = nb.describe_accuracy([4], [accuracy], majority_pct=50.0)
+    assert ("layers learned" in sentence) == learned and ("did not" in sentence) == (not learned)
+    fixes = nb.describe_fixes({"He init": accuracy}, majority_pct=50.0)
+    assert ("No better than" in fixes) == (not learned)
+
+
+@pytest.mark.parametrize("worst, warned", [(15.0, False), (15.1, True)])
+def test_batch_verdict_at_its_edge(worst, warned):
+    text = nb.describe_batch_effect("cpu", pd.Series([worst, 2.0], index=[2, 6]))
+    assert ("other programs" in text) == warned
+
+
+def test_timing_curve_verdicts_at_their_edges():
+    at_three = nb.describe_timing_curve("cpu", [10, 100, 1000], [1.0, 3.0, 9.0])
+    assert "from 10 to 100 parameters" in at_three  # exactly 3 times the first: still flat
+    above = nb.describe_timing_curve("cpu", [10, 100, 1000], [1.0, 3.01, 9.0])
+    assert "grows from the smallest model on" in above
+    steeper = nb.describe_timing_curve("cpu", [10, 100, 1000], [1.0, 1.0, 10 ** 0.71])
+    flatter = nb.describe_timing_curve("cpu", [10, 100, 1000], [1.0, 1.0, 10 ** 0.69])
+    assert "nearly in proportion" in steeper and "less than in proportion" in flatter
+
+
+def test_crossovers_at_the_first_and_the_last_sample():
+    assert nb.find_crossovers([10, 100], [1, 1], [1, 2]) == pytest.approx([10])  # equal at the first model
+    assert nb.find_crossovers([10, 100], [1, 1], [2, 1]) == pytest.approx([100])  # equal at the last
+    assert nb.find_crossovers([10, 100], [1, 1], [2, 1.5]) == []  # close, but never equal
+
+
+def test_break_even_when_both_throughputs_are_equal():
+    # equal throughputs: only the launch overheads differ, whatever the FLOPs per operation
+    assert nb.break_even_flops_per_launch(5e-6, 1e11, 10e-6, 1e11, overlap_b=False) == math.inf
+    assert nb.break_even_flops_per_launch(5e-6, 1e11, 1e-6, 1e11, overlap_b=False) == 0.0
+    assert nb.break_even_flops_per_launch(5e-6, 1e11, 5e-6, 1e11, overlap_b=False) == math.inf  # a tie
+
+
+def test_break_even_sentence_without_a_gpu_and_without_an_arithmetic_term():
+    assert "no arithmetic term" in nb.describe_break_even((20e-6, math.inf))
+    assert "50,000 FLOPs per operation" in nb.describe_break_even((20e-6, 50e9))
+
+
+def test_the_cpu_fit_keeps_the_arithmetic_term_when_launches_explain_nothing():
+    launches, flops, _ = synthetic_step_seconds(40e-6, 30e9)
+    seconds = flops / 30e9 - 1e-9 * launches  # all arithmetic, and a little less for more launches
+    design = np.column_stack([launches / seconds, flops / seconds])
+    assert np.linalg.lstsq(design, np.ones_like(seconds), rcond=None)[0][0] < 0  # both terms: a negative one
+    overhead, throughput = nb.fit_cost_model(launches, flops, seconds)
+    assert overhead == 0.0 and throughput == pytest.approx(30e9, rel=0.1)
+
+
+def test_earlier_results_with_the_columns_but_no_rows_are_skipped(tmp_path):
+    pd.DataFrame(columns=sorted(nb.RESULT_COLUMNS)).to_csv(tmp_path / "04_disc_timings_empty_rows.csv",
+                                                          index=False)
+    assert nb.load_earlier_results([tmp_path]) == []
+
+
+# --- the measuring helpers, run for real on the CPU at a tiny size (coverage of every helper) ---------------
+
+def test_the_measuring_helpers_run_on_the_cpu_and_give_plausible_numbers():
+    cpu = torch.device("cpu")
+    points, labels = nb.generate_disc_set(200, torch.Generator().manual_seed(0))
+    inputs = nb.normalize(points)
+    row = nb.time_training(2, cpu, inputs, labels, epochs=2, batch_size=50)
+    assert row["depth"] == 2 and row["params"] == expected_parameters(2) and row["epochs"] == 2
+    assert row["epoch_s"] > 0 and row["s_per_100_epochs"] == pytest.approx(100 * row["epoch_s"])
+    assert 0 <= row["accuracy_pct"] <= 100 and row["gflop_per_s"] > 0
+    assert 0 < nb.launch_overhead_seconds(cpu, calls=20) < 0.01
+    assert 0 < nb.training_overhead_seconds(cpu, inputs, labels, batch_size=50) < 0.01
+    assert nb.matmul_flop_per_second(cpu, size=64) > 1e6
+
+
+@pytest.mark.parametrize("he_init, optimizer, kind", [(False, "sgd", torch.optim.SGD), (True, "adam", torch.optim.Adam)])
+def test_make_model_and_optimizer_gives_the_same_start_for_a_seed(he_init, optimizer, kind):
+    model, chosen = nb.make_model_and_optimizer(4, "cpu", lr=0.01, optimizer=optimizer, he_init=he_init, seed=3)
+    again, _ = nb.make_model_and_optimizer(4, "cpu", lr=0.01, optimizer=optimizer, he_init=he_init, seed=3)
+    assert isinstance(chosen, kind) and chosen.param_groups[0]["lr"] == 0.01
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters()))
+    biases = [layer.bias for layer in model if isinstance(layer, nn.Linear)]
+    assert all(bool((bias == 0).all()) for bias in biases) == he_init  # He initialisation zeroes the biases
+
+
+def test_expected_sweep_seconds_adds_the_cost_model_over_the_depths():
+    one = nb.expected_sweep_seconds([4], 10, 1000, 100, *T4_CPU)
+    assert one == pytest.approx(10 * 10 * nb.predict_step_seconds(nb.launches_per_step(4), nb.step_flops(4),
+                                                                    *T4_CPU))
+    both = nb.expected_sweep_seconds([2, 4], 10, 1000, 100, *T4_GPU, overlap=True)
+    assert both == pytest.approx(nb.expected_sweep_seconds([2], 10, 1000, 100, *T4_GPU, overlap=True)
+                                 + nb.expected_sweep_seconds([4], 10, 1000, 100, *T4_GPU, overlap=True))
+
+
+def test_load_average_is_nan_on_windows(monkeypatch):
+    assert nb.load_average() >= 0  # Linux and macOS have one
+    monkeypatch.delattr(nb.load_average.__globals__["os"], "getloadavg")  # as on Windows
+    assert math.isnan(nb.load_average())
+
+
+def test_plot_timings_draws_this_run_saved_runs_and_each_crossover():
+    results = played_back_results()
+    current = [("cpu (this run)", results[results.device == "cpu"]),
+               ("cuda (this run)", results[results.device == "cuda"])]
+    figure = nb.plot_timings(current, [("saved", results[results.device == "cpu"])], [1e5, 2e6])
+    axis = figure.axes[0]
+    assert [line.get_linestyle() for line in axis.lines[:3]] == ["-", "-", "--"]
+    assert len(axis.lines) == 5 and axis.get_xscale() == axis.get_yscale() == "log"  # + two crossover lines
+    assert "parameters" in axis.get_xlabel() and "(s, log scale)" in axis.get_ylabel() and axis.get_title()
+    import matplotlib.pyplot as plt
+    plt.close(figure)

@@ -187,16 +187,6 @@ CLAIMED_BY = {
 # notebook_code.run_cell (as tests/test_08_memory.py's test of cell cell-26 does), or by moving its
 # decision into a small function that a test calls.
 KNOWN_UNTESTED = {
-    # Notebook 03 (owner of test_03): the CPU comparison after a GPU run.
-    ("03", "cell cell-29: device.type != 'cpu' and COMPARE_WITH_CPU"): "top-level cell",
-    # Notebook 04 (owner of test_04): describe_device() and the cells that add the GPU's curves.
-    ("04", "describe_device: device.type == 'cuda'"): "no test runs describe_device()",
-    ("04", "describe_device: device.type == 'cpu'"): "no test runs describe_device()",
-    ("04", "cell sizes: device.type != 'cpu'"): "top-level cell",
-    ("04", "cell cell-34: len(DEVICES) > 1"): "top-level cell: the CPU-against-GPU comparison",
-    ("04", "cell break-even: device.type != 'cpu'"): "top-level cell",
-    ("04", "cell break-even: gpu_fit is not None"): "top-level cell",
-    ("04", "cell cell-55: len(DEVICES) > 1"): "top-level cell",
     # Notebook 05 (owner of test_05): a training step with CUDA graphs (reduce-overhead), and the cells
     # that choose the profiler's GPU activity, the GPU-only variants and fastai's callbacks.
     ("05", "train_step: run.cuda_graphs"): "no test runs train_step() with cuda_graphs=True",

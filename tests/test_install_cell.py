@@ -157,6 +157,11 @@ def test_check_packages_treats_a_package_that_cannot_be_imported_like_a_missing_
     ("", "ERROR: first\nERROR: the last one\n   \n\n", "ERROR: the last one"),  # blank lines after it
     ("Looking in indexes: x\nnothing more\n", "  \n", "nothing more"),  # stderr has only spaces
     ("", "", "pip exited with code 1 and printed nothing"),
+    # What pip writes inside a Jupyter kernel, which sets FORCE_COLOR: each line in colour codes, the last
+    # one nothing but a code. Read as text, that last line made the report say "Installing failed ()".
+    ("", "\x1b[31mERROR: Could not find a version that satisfies the requirement fastai>=2.8.12 (from "
+         "versions: none)\x1b[0m\x1b[31m\n\x1b[0m\x1b[31mERROR: No matching distribution found for "
+         "fastai>=2.8.12\x1b[0m\x1b[31m\n\x1b[0m", "ERROR: No matching distribution found for fastai>=2.8.12"),
     (None, None, "pip exited with code 1 and printed nothing"),
 ])
 def test_a_failed_install_always_says_why(stdout, stderr, reason):
@@ -167,6 +172,7 @@ def test_pip_upgrades_what_it_is_given_within_constraints_that_hold_pytorch():
     command = nb.pip_command(["fastai>=2.8.12", "fastcore"], "held.txt")
     assert command[:4] == [nb.sys.executable, "-m", "pip", "install"]  # the kernel's own Python
     assert "--upgrade" in command and command[command.index("--constraint") + 1] == "held.txt"
+    assert "--no-color" in command  # plain text to quote, even where FORCE_COLOR is set
     assert command[-2:] == ["fastai>=2.8.12", "fastcore"] and "--upgrade-strategy" not in command
     assert not any("torch" in part for part in command)
 
