@@ -2,8 +2,9 @@
 
 conftest.py loads this pytest plugin. The unit tests run a notebook's definitions from a generated file
 per notebook (notebook_code.load_helpers writes .test-cache/notebook_helpers/NN_name.py, each line the
-same line of its cell), so coverage.py, told to measure those files only, can say which lines and which
-branches of the helpers the tests executed. The notebooks' own runs (nbval, the browser test) happen in
+same line of its cell), and the whole cells that tests run with stand-ins from one file per cell
+(notebook_code.run_cell writes NN_name.<cell id>.py there), so coverage.py, told to measure those files
+only, can say which lines and which branches of the helpers and cells the tests executed. The notebooks' own runs (nbval, the browser test) happen in
 Jupyter kernels, other processes, and are not measured: the figures are the unit tests' alone.
 
 Only tests whose module imports load_helpers, and load_helpers itself, are measured (the tracer slows
@@ -105,9 +106,10 @@ def pytest_configure_node(node):
 
 
 def runs_helpers(item):
-    """True for a test whose module imports load_helpers: only those can run a notebook's helpers.
-    The others (nbval's cells, the browser test, ...) run without the tracer, which costs time."""
-    return hasattr(getattr(item, "module", None), "load_helpers")
+    """True for a test whose module imports load_helpers or run_cell: only those can run a notebook's
+    code. The others (nbval's cells, the browser test, ...) run without the tracer, which costs time."""
+    module = getattr(item, "module", None)
+    return hasattr(module, "load_helpers") or hasattr(module, "run_cell")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -173,15 +175,25 @@ def shared_lines(prefix):
 
 def summary(files):
     """{row name: Figures} from coverage.py's JSON report of the generated files: one row per
-    notebook, and one for the cells every notebook copies, counted once."""
+    notebook, and one for the cells every notebook copies, counted once. A notebook's row holds its
+    helper file and the files of the whole cells tests ran with run_cell (`01_name.<cell id>.py`),
+    whose top-level code is named "cell <cell id>"."""
     rows, copied = {}, Figures()
     for path, data in sorted(files.items()):
-        copied_lines = shared_lines(Path(path).name[:2])
-        row = rows[Path(path).stem] = Figures()
+        notebook, _, cell_id = Path(path).stem.partition(".")
+        copied_lines = set() if cell_id else shared_lines(Path(path).name[:2])
+        row = rows.setdefault(notebook, Figures())
+        top_level = f"cell {cell_id}" if cell_id else "(top level)"
         for name, region in data["functions"].items():
-            (copied if region["start_line"] in copied_lines else row).add(name or "(top level)", region)
+            (copied if region["start_line"] in copied_lines else row).add(name or top_level, region)
     rows["install and shared setup cells (in every notebook)"] = copied
     return rows
+
+
+def cell_files(measured):
+    """The files of whole cells (notebook_code.run_cell) among coverage.py's measured files."""
+    return sorted(path for path in measured
+                  if Path(path).parent == HELPER_DIR and "." in Path(path).stem and Path(path).is_file())
 
 
 def _fraction(done, total):
@@ -219,7 +231,8 @@ def pytest_terminal_summary(terminalreporter, config):
             terminalreporter.write_line("No test loaded a notebook's helpers in this run.")
             return
         report_path = Path(run_dir) / "report.json"
-        combined.json_report(morfs=config.helper_files, outfile=str(report_path))
+        combined.json_report(morfs=config.helper_files + cell_files(combined.get_data().measured_files()),
+                             outfile=str(report_path))
         for line in report_lines(summary(json.loads(report_path.read_text())["files"])):
             terminalreporter.write_line(line)
         terminalreporter.write_line(

@@ -3,9 +3,13 @@
 The notebooks cannot import code from this repository (each must run alone on Colab or
 Kaggle), so the helpers live inside them. `load_helpers` runs only the definitions of a
 notebook, never its work: import statements, function and class definitions, and
-UPPER_CASE constants whose value is a plain literal.
+UPPER_CASE constants whose value is a plain literal. `run_cell` runs one whole cell, its
+top-level work too, in a namespace a test fills with the helpers and stand-ins (a `device`,
+a stood-in torch.cuda): how a test executes a cell's GPU branch on a CPU.
 """
 import ast
+import contextlib
+import io
 import os
 import re
 import types
@@ -100,17 +104,20 @@ def helper_file(prefix):
     return HELPER_DIR / f"{notebook_path(prefix).stem}.py"
 
 
-def write_helper_file(prefix):
-    """Write helper_file(prefix) when it is missing or out of date; returns its path. Atomic:
+def _write_if_changed(path, text):
+    """Write `text` to `path` when the file is missing or differs; returns the path. Atomic:
     parallel test workers write the same file."""
-    text, _ = helper_source(prefix)
-    path = helper_file(prefix)
     if not (path.is_file() and path.read_text() == text):
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         temporary.write_text(text)
         os.replace(temporary, path)
     return path
+
+
+def write_helper_file(prefix):
+    """Write helper_file(prefix) when it is missing or out of date; returns its path."""
+    return _write_if_changed(helper_file(prefix), helper_source(prefix)[0])
 
 
 def load_helpers(prefix):
@@ -125,9 +132,44 @@ def load_helpers(prefix):
     return types.SimpleNamespace(**namespace)
 
 
+def cell_source(prefix, cell_id):
+    """The source of the code cell `cell_id` of notebook `prefix` (cell ids are kept by every edit)."""
+    found = [cell.source for cell in read(notebook_path(prefix)).cells
+             if cell.cell_type == "code" and cell.get("id") == cell_id]
+    assert len(found) == 1, f"notebook {prefix} has {len(found)} code cells with the id {cell_id!r}"
+    return found[0]
+
+
+def cell_file(prefix, cell_id):
+    """Where run_cell writes a whole cell: `.test-cache/notebook_helpers/01_name.<cell id>.py`
+    (cell ids have no dots, so the part before the first dot names the notebook)."""
+    return HELPER_DIR / f"{notebook_path(prefix).stem}.{cell_id}.py"
+
+
+def run_cell(prefix, cell_id, namespace):
+    """Run the whole code cell `cell_id` of notebook `prefix`, its top-level work too, in
+    `namespace` (a dict: the notebook's helpers plus the stand-ins a test chooses, such as
+    `{**vars(nb), "device": torch.device("cuda")}`); returns what the cell printed.
+
+    Like load_helpers, it runs the cell from a generated file, cell_file(prefix, cell_id), whose
+    line n is line n of the cell, so that coverage.py measures the cell and a traceback shows it.
+    """
+    path = _write_if_changed(cell_file(prefix, cell_id), cell_source(prefix, cell_id) + "\n")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(path.read_text(), str(path), "exec"), namespace)
+    return printed.getvalue()
+
+
 def notebook_location(path, line):
-    """'05_find_the_bottleneck.ipynb cell 20 (id cell-20) line 9' for a line of a generated file."""
+    """'05_find_the_bottleneck.ipynb cell 20 (id cell-20) line 9' for a line of a generated file
+    (a notebook's helper file, or a cell file of run_cell)."""
     prefix = Path(path).name[:2]
+    stem, _, cell_id = Path(path).stem.partition(".")
+    if cell_id:
+        index = next(index for index, cell in enumerate(read(notebook_path(prefix)).cells)
+                     if cell.get("id") == cell_id)
+        return f"{notebook_path(prefix).name} cell {index} (id {cell_id}) line {line}"
     entry = helper_source(prefix)[1][line - 1]
     if entry is None:
         return f"{notebook_path(prefix).name}, a cell header"

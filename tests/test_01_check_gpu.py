@@ -1,6 +1,4 @@
 """Notebook 01's diagnosis helpers, called with made-up facts and made-up nvidia-smi output."""
-import contextlib
-import io
 import ast
 import os
 import re
@@ -13,7 +11,7 @@ import pytest
 import torch
 
 from notebook_code import (INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE, code_cells, core_markdown,
-                           core_words, load_helpers, notebook_path, read, workshop_minutes)
+                           core_words, load_helpers, notebook_path, read, run_cell, workshop_minutes)
 
 nb = load_helpers("01")
 
@@ -90,12 +88,15 @@ def fix_lines(result):
     return [line.strip() for line in result["fix"].splitlines()]
 
 
+@pytest.mark.gpu_branch("01", "gpu_ready: not (facts['cuda_available'] and facts['gpu_count'] > 0)")
 def test_all_good_on_a_t4():
     result = only(nb.diagnose(facts(cuda_available=True, gpu_count=1, nvidia_smi=smi(), gpus=[gpu()])))
     assert result["status"] == "ok"
     assert "Tesla T4" in result["title"]
 
 
+@pytest.mark.gpu_branch("01", "cpu_only_wheel: facts['os'] == 'Windows'")
+@pytest.mark.gpu_branch("01", "python_command: facts['os'] == 'Windows'")
 def test_cpu_only_wheel_on_windows_gives_two_powershell_safe_lines_with_the_kernels_python():
     python = r"C:\Program Files\Python313\python.exe"
     result = only(nb.diagnose(facts(os="Windows", machine="AMD64", python=python, cuda_build=None,
@@ -121,6 +122,7 @@ def test_cpu_only_wheel_on_linux_does_not_blame_windows_and_quotes_a_path_with_s
     assert "python3 -m pip" not in result["fix"] and "&&" not in result["fix"]
 
 
+@pytest.mark.gpu_branch("01", "cpu_only_wheel: facts['cuda_build'] is not None")
 def test_cuda_visible_devices_hiding_the_gpu():
     result = only(nb.diagnose(facts(cuda_visible_devices="", nvidia_smi=smi())))
     assert result["status"] == "problem"
@@ -167,6 +169,10 @@ def test_cuda_visible_devices_0_with_a_good_driver_is_not_blamed():
     assert f"{LINUX_PYTHON} -c" in result["fix"]
 
 
+@pytest.mark.gpu_branch(
+    "01", "nvidia_gpu_not_in_wheel: not (facts['cuda_available'] and facts['cuda_build'] and nvidia_arches)")
+@pytest.mark.gpu_branch(
+    "01", "nvidia_gpu_not_in_wheel: tuple((int(part) for part in gpu['capability'].split('.'))) < (7, 5)")
 def test_p100_with_a_cuda13_wheel_needs_the_legacy_build():
     p100 = gpu("Tesla P100-PCIE-16GB", "6.0", "sm_60", 15.9)
     result = only(nb.diagnose(facts(cuda_available=True, gpu_count=1, gpus=[p100], nvidia_smi=smi())))
@@ -194,6 +200,7 @@ def test_driver_too_old_for_the_wheel():
     assert "Update the NVIDIA driver to R580" in result["fix"] and "whl/cu126" in result["fix"]
 
 
+@pytest.mark.gpu_branch("01", "driver_too_old: not facts['cuda_build'] or not smi.get('driver_version')")
 def test_a_cuda11_driver_is_not_offered_the_cuda12_wheel():
     result = only(nb.diagnose(facts(nvidia_smi=smi(driver="470.82.01", cuda="11.4"))))
     assert "R470" in result["title"]
@@ -215,6 +222,7 @@ def test_no_driver_at_all_which_is_a_machine_without_a_gpu():
 
 # AMD GPUs: ROCm wheels list gfx names; the NVIDIA architecture check must not read them.
 
+@pytest.mark.gpu_branch("01", "gpu_ready: facts['hip_build']")
 def test_rocm_wheel_with_a_visible_mi250_is_ready_and_does_not_crash():
     mi250 = gpu("AMD Instinct MI250X/MI250", "9.0", "gfx90a:sramecc+:xnack-", 64.0)
     result = only(nb.diagnose(facts(cuda_build=None, hip_build="6.3.42131-fa1d09cbd",
@@ -225,6 +233,8 @@ def test_rocm_wheel_with_a_visible_mi250_is_ready_and_does_not_crash():
     assert "ROCm 6.3" in result["why"]
 
 
+@pytest.mark.gpu_branch(
+    "01", "amd_gpu_not_in_wheel: not (facts['cuda_available'] and facts['hip_build'] and built)")
 def test_rocm_wheel_without_the_gpus_architecture():
     rx6700 = gpu("AMD Radeon RX 6700 XT", "10.3", "gfx1031", 12.0)
     result = only(nb.diagnose(facts(cuda_build=None, hip_build="6.3.42131-fa1d09cbd",
@@ -241,6 +251,7 @@ def test_arch_supported_ignores_amd_names(arches):
     assert nb.arch_supported("7.5", arches + ["sm_75"]) is True
 
 
+@pytest.mark.gpu_branch("01", "rocm_without_gpu: not facts['hip_build']")
 def test_rocm_wheel_without_a_gpu_checks_driver_groups_and_variables():
     rocm = facts(cuda_build=None, hip_build="6.3.42131-fa1d09cbd", arch_list=ROCM_ARCHES)
     no_driver = only(nb.diagnose(rocm))
@@ -263,6 +274,7 @@ def test_rocm_wheel_without_a_gpu_checks_driver_groups_and_variables():
 
 # Macs
 
+@pytest.mark.gpu_branch("01", "mps_ready: not facts['mps_available']")
 def test_apple_silicon_with_mps_is_ready():
     result = only(nb.diagnose(facts(os="Darwin", machine="arm64", macos_version="15.5",
                                     cuda_build=None, arch_list=[], mps_built=True, mps_available=True)))
@@ -277,6 +289,7 @@ def test_apple_silicon_on_macos_13_needs_macos_14_for_mps():
     assert "Update macOS to 14" in result["fix"]
 
 
+@pytest.mark.gpu_branch("01", "mac_without_mps: facts['os'] != 'Darwin'")
 def test_intel_mac_points_to_conda_forge():
     result = only(nb.diagnose(facts(os="Darwin", machine="x86_64", macos_version="13.6.7",
                                     cuda_build=None, arch_list=[], mps_built=False)))
@@ -416,20 +429,7 @@ def test_form_factor_is_read_from_the_device_name(name, form):
     assert nb.form_factor(name) == form
 
 
-def cell_source(prefix, cell_id):
-    """The source of the cell `cell_id` of notebook `prefix` (cell ids are kept by every edit)."""
-    [source] = [cell.source for cell in read(notebook_path(prefix)).cells if cell.get("id") == cell_id]
-    return source
-
-
-def run_cell(prefix, cell_id, namespace):
-    """Run one cell of the notebook in `namespace` (its helpers plus stand-ins); what it printed."""
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(cell_source(prefix, cell_id), namespace)
-    return printed.getvalue()
-
-
+@pytest.mark.gpu_branch("01", "cell cell-19-run: device.type == 'cuda'")
 def test_datasheet_cell_on_a_v100_sxm2_uses_the_sxm2_peak(monkeypatch):
     # torch.cuda.get_device_name(device) on a V100 module; 12.56 TFLOP/s measured in Step 5.
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100-SXM2-16GB")
@@ -474,20 +474,11 @@ def test_datasheet_table_is_rounded():
 # Step 6 without fastai: a plain message, not an ImportError.
 
 def test_step_6_is_skipped_with_a_message_without_fastai(monkeypatch):
-    [cell] = [source for source in code_cells(read(notebook_path("01")))
-              if "fastai.torch_core" in source and not source.startswith("#@title")]
     monkeypatch.setitem(sys.modules, "fastai", None)  # `import fastai...` now raises ImportError
     monkeypatch.setitem(sys.modules, "fastai.torch_core", None)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(cell, {"UNAVAILABLE": {"fastai"}, "device": torch.device("cpu"), "torch": torch})
-    assert printed.getvalue().startswith("Step 6 skipped: fastai")
-
-
-def test_every_code_line_fits_in_100_characters():
-    for source in code_cells(read(notebook_path("01"))):
-        for line in source.splitlines():
-            assert len(line) <= 100, line
+    printed = run_cell("01", "cell-23", {"UNAVAILABLE": {"fastai"}, "device": torch.device("cpu"),
+                                         "torch": torch})
+    assert printed.startswith("Step 6 skipped: fastai")
 
 
 # --- Issue 21: every decision pinned at its edges ------------------------------------------------------
@@ -580,6 +571,7 @@ def test_needed_branch_for_each_cuda_major_and_a_default():
         450, 525, 580, 580]
 
 
+@pytest.mark.gpu_branch("01", "smi_summary: cuda_build is None")
 @pytest.mark.parametrize("cuda_build, newest, verdict", [
     ("13.0", "13.0", "the driver is new enough."),   # the same major: fits
     ("13.0", "13.1", "the driver is new enough."),
@@ -715,6 +707,7 @@ def test_macos_14_is_the_first_that_mps_runs_on(version, too_old):
         assert result["title"] == "PyTorch does not find the Apple GPU"
 
 
+@pytest.mark.gpu_branch("01", "mac_without_mps: not facts.get('mps_built', True)")
 def test_a_mac_build_without_mps_and_a_linux_machine_are_not_mixed_up():
     no_mps = only(nb.diagnose(facts(**{**MAC, "mps_built": False}, macos_version="15.5")))
     assert no_mps["title"] == "This PyTorch build has no MPS support"
@@ -749,6 +742,7 @@ def test_gpu_details_on_an_nvidia_t4(monkeypatch):
                                  "memory_GiB": 14.7}]
 
 
+@pytest.mark.gpu_branch("01", "gpu_details: torch.version.hip")
 def test_gpu_details_on_an_amd_gpu_reads_the_gfx_name(monkeypatch):
     properties = types.SimpleNamespace(name="AMD Instinct MI250X/MI250", total_memory=68702699520,
                                        gcnArchName="gfx90a:sramecc+:xnack-", major=9, minor=0)
@@ -782,6 +776,73 @@ def test_gather_facts_has_exactly_the_keys_the_tests_make_up():
     assert set(nb.gather_facts()) == set(facts())
 
 
+# What torch answers on each machine, as torch/cuda/__init__.py, torch/backends/cudnn/__init__.py and
+# torch/csrc/cuda/shared/cudnn.cpp give it: get_device_properties() has name, major, minor, total_memory
+# and, on ROCm, gcnArchName (left out of the T4's: the notebook must not read it there);
+# current_device() is an int and raises without a GPU; cudnn.version() is cuDNN's cudnnGetVersion()
+# (9.10.2 -> 91002), or on ROCm MIOpen's MAJOR * 1000000 + MINOR * 1000 + PATCH (3.3.0 -> 3003000).
+GPU_MACHINES = {
+    "Colab T4": dict(cuda="13.0", hip=None, cudnn=91002, arches=CUDA13_ARCHES, kfd=False,
+                     properties=types.SimpleNamespace(name="Tesla T4", major=7, minor=5,
+                                                      total_memory=15828320256)),
+    "AMD MI250": dict(cuda=None, hip="6.3.42131-fa1d09cbd", cudnn=3003000, arches=ROCM_ARCHES, kfd=True,
+                      properties=types.SimpleNamespace(name="AMD Instinct MI250X/MI250", major=9, minor=0,
+                                                       total_memory=68702699520,
+                                                       gcnArchName="gfx90a:sramecc+:xnack-")),
+}
+
+
+def stand_in_torch_cuda(monkeypatch, machine):
+    """torch.cuda, torch.version and cuDNN as on `machine` (a GPU_MACHINES entry, or None: no GPU)."""
+    if machine is None:
+        def no_gpu():
+            raise RuntimeError("No CUDA GPUs are available")  # what _lazy_init raises without one
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "current_device", no_gpu)
+        return
+    properties = machine["properties"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: properties)
+    monkeypatch.setattr(torch.cuda, "get_device_capability",
+                        lambda device=None: (properties.major, properties.minor))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: properties.name)
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: list(machine["arches"]))
+    monkeypatch.setattr(torch.version, "cuda", machine["cuda"])
+    monkeypatch.setattr(torch.version, "hip", machine["hip"])
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: machine["cudnn"])
+    real_exists = os.path.exists
+    kfd = os.path.join(os.sep, "dev", "kfd")  # AMD's compute driver, loaded on the ROCm machine
+    monkeypatch.setattr(os.path, "exists", lambda path: machine["kfd"] if path == kfd else real_exists(path))
+
+
+@pytest.mark.gpu_branch("01", "gather_facts: cuda_available")
+@pytest.mark.parametrize("name", list(GPU_MACHINES))
+def test_gather_facts_on_a_gpu_machine_asks_for_the_current_gpu_and_the_diagnosis_says_ready(
+        monkeypatch, name):
+    machine = GPU_MACHINES[name]
+    stand_in_torch_cuda(monkeypatch, machine)
+    for variable in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        monkeypatch.delenv(variable, raising=False)
+    found = nb.gather_facts()
+    gpu_name = machine["properties"].name
+    assert found["cuda_available"] is True and found["gpu_count"] == 1 and found["current_gpu"] == 0
+    assert [gpu["name"] for gpu in found["gpus"]] == [gpu_name]
+    assert (found["cuda_build"], found["hip_build"]) == (machine["cuda"], machine["hip"])
+    assert found["cudnn_version"] == machine["cudnn"] and found["arch_list"] == machine["arches"]
+    assert found["amd_driver_loaded"] is machine["kfd"]
+    result = only(nb.diagnose(found))
+    assert result["status"] == "ok" and result["title"] == f"Ready: PyTorch uses 1 GPU(s): {gpu_name}"
+
+
+def test_gather_facts_without_a_gpu_never_asks_for_the_current_gpu(monkeypatch):
+    stand_in_torch_cuda(monkeypatch, None)  # current_device() raises, as torch's does without a GPU
+    found = nb.gather_facts()
+    assert found["cuda_available"] is False and found["current_gpu"] is None and found["gpus"] == []
+
+
 # --- Step 5: the measured speed as a table and a chart, on a CPU and (stand-in) on a GPU -------------
 
 def fake_matmul_gflops(measured):
@@ -794,6 +855,7 @@ def fake_matmul_gflops(measured):
     return matmul_gflops, asked
 
 
+@pytest.mark.gpu_branch("01", "cell cell-17-run: device.type == 'cpu'")
 @pytest.mark.parametrize("device_type", ["cuda", "mps"])
 def test_step_5_on_a_gpu_measures_it_on_a_larger_matrix_and_says_how_many_times(device_type):
     matmul_gflops, asked = fake_matmul_gflops({"cpu": 90.0, device_type: 7200.0})
@@ -913,6 +975,7 @@ def stand_in_gpus(monkeypatch, names):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: names[index or 0])
 
 
+@pytest.mark.gpu_branch("01", "cell cell-05-device: torch.cuda.is_available()")
 @pytest.mark.parametrize("names, line", [
     (["Tesla T4"], "PyTorch uses 1 GPU: Tesla T4"),
     (["Tesla T4", "Tesla T4"], "PyTorch uses 2 GPUs: Tesla T4, Tesla T4"),  # Kaggle's T4 x2
@@ -924,6 +987,8 @@ def test_step_1_names_every_gpu(monkeypatch, names, line):
     assert printed.strip() == line
 
 
+@pytest.mark.gpu_branch("01", "cell cell-05-device: device.type != 'cpu'")
+@pytest.mark.gpu_branch("01", "cell cell-05-device: device.type == 'mps'")
 @pytest.mark.parametrize("device_type, line", [
     ("mps", "PyTorch uses the 'mps' accelerator, the Apple GPU"),
     ("xpu", "PyTorch uses the 'xpu' accelerator"),
@@ -935,6 +1000,8 @@ def test_step_1_on_a_mac_an_intel_gpu_and_a_cpu(monkeypatch, device_type, line):
     assert printed.strip() == line
 
 
+@pytest.mark.gpu_branch("01", "cell cell-07: facts['gpus']")
+@pytest.mark.gpu_branch("01", "cell cell-07: device.type == 'mps'")
 def test_step_1_table_of_gpus_on_a_t4_and_the_messages_without_one(monkeypatch):
     shown = []
     t4 = {"index": 0, "name": "Tesla T4", "capability": "7.5", "arch": "sm_75", "memory_GiB": 14.7}
@@ -948,6 +1015,9 @@ def test_step_1_table_of_gpus_on_a_t4_and_the_messages_without_one(monkeypatch):
         assert run_cell("01", "cell-07", namespace).startswith(start)
 
 
+@pytest.mark.gpu_branch("01", "cell cell-15: torch.accelerator.is_available()")
+@pytest.mark.gpu_branch("01", "cell cell-15: torch.cuda.is_available()")
+@pytest.mark.gpu_branch("01", "cell cell-15: torch.backends.mps.is_available()")
 @pytest.mark.parametrize("accelerator, cuda, mps, verdict", [
     ("cuda", True, False, "torch.accelerator: cuda | classic: cuda | pick_device(): cuda | they agree"),
     ("mps", False, True, "torch.accelerator: mps | classic: mps | pick_device(): mps | they agree"),
@@ -965,6 +1035,7 @@ def test_step_4_modern_and_classic_choice_on_each_machine(monkeypatch, accelerat
     assert printed.strip() == verdict
 
 
+@pytest.mark.gpu_branch("01", "cell cell-21-run: device.type == 'cuda'")
 def test_going_deeper_b_on_a_cuda_gpu_copies_pageable_and_pinned_memory(monkeypatch):
     copied = []
 
@@ -985,6 +1056,7 @@ def test_going_deeper_b_on_a_cuda_gpu_copies_pageable_and_pinned_memory(monkeypa
     assert printed.strip() == "Pinned memory copies 2.0 times as fast as pageable memory."
 
 
+@pytest.mark.gpu_branch("01", "cell cell-21-run: device.type != 'cpu'")
 @pytest.mark.parametrize("device_type, row", [("mps", "host -> mps"),
                                               ("cpu", "CPU RAM -> CPU RAM (stand-in, not a GPU copy)")])
 def test_going_deeper_b_on_a_mac_and_on_a_cpu(device_type, row):

@@ -23,7 +23,7 @@ import torch.distributed.run
 from torch.nn.parallel import DistributedDataParallel
 
 from notebook_code import (REPO, code_cells, core_markdown, core_words, load_helpers, notebook_path,
-                           read, workshop_minutes)
+                           read, run_cell, workshop_minutes)
 
 nb = load_helpers("06")
 SCRIPT_PARTS = [nb.SCRIPT_START, nb.SCRIPT_GROUP, nb.SCRIPT_MODEL, nb.SCRIPT_STEPS, nb.SCRIPT_SPEED,
@@ -70,6 +70,7 @@ def test_on_gloo_the_script_ends_the_process_right_after_closing_the_group():
     assert ast.unparse(ast.parse(leave).body[0].body[-1].test) == "gloo"
 
 
+@pytest.mark.gpu_branch("06", "SCRIPT_GROUP.leave_process_group: gloo")
 @pytest.mark.parametrize("backend, skip_barrier, calls", [
     ("gloo", False, ["get_backend", "barrier", "destroy_process_group", "flush", "flush", "_exit(0)"]),
     ("gloo", True, ["get_backend", "destroy_process_group", "flush", "flush", "_exit(0)"]),
@@ -135,6 +136,8 @@ def start_group_with_stand_ins(gpu_count, local_rank, cpu_only, timeout_s=120):
     return device, cuda, dist
 
 
+@pytest.mark.gpu_branch("06", "SCRIPT_GROUP.start_process_group: device.type == 'cuda'")
+@pytest.mark.gpu_branch("06", "SCRIPT_GROUP.start_process_group: device.type == 'cuda' (2)")
 @pytest.mark.parametrize("local_rank", [0, 1])
 def test_on_two_gpus_each_process_takes_the_gpu_of_its_local_rank_over_nccl(local_rank):
     device, cuda, dist = start_group_with_stand_ins(2, local_rank, cpu_only=False, timeout_s=120)
@@ -153,6 +156,8 @@ def test_without_a_gpu_or_with_cpu_the_process_uses_the_cpu_over_gloo(gpu_count,
     assert call["backend"] == "gloo" and call["device_id"] is None
 
 
+@pytest.mark.gpu_branch("06", "SCRIPT_GROUP.choose_device: cpu_only or gpu_count == 0")
+@pytest.mark.gpu_branch("06", "SCRIPT_GROUP.choose_device: local_rank >= gpu_count")
 def test_choose_device_at_its_edges():
     namespace = {"torch": torch}
     exec(function_source("choose_device"), namespace)
@@ -165,6 +170,7 @@ def test_choose_device_at_its_edges():
         choose(False, 2, 2)  # one process more than GPUs: NCCL would refuse a shared GPU
 
 
+@pytest.mark.gpu_branch("06", "SCRIPT_GROUP.wrap_in_ddp: device.type == 'cuda'")
 @pytest.mark.parametrize("device, device_ids", [(torch.device("cuda", 1), [1]),
                                                 (torch.device("cpu"), None)])
 def test_wrap_in_ddp_names_the_process_gpu_and_none_on_the_cpu(device, device_ids):
@@ -241,6 +247,9 @@ def test_supports_option_reads_a_help_text():
     assert nb.supports_option(real_help, "--standalone") and nb.supports_option(real_help, "--tee")
 
 
+@pytest.mark.gpu_branch("06", "launch_plan: accelerator == 'mps'")
+@pytest.mark.gpu_branch("06", "launch_plan: gpu_count == 1")
+@pytest.mark.gpu_branch("06", "launch_plan: gpu_count >= 2")
 @pytest.mark.parametrize("gpus, cores, expected_nproc, backend, cpu_flag", [
     (0, 2, 2, "gloo", False), (1, 8, 2, "gloo", True), (2, 8, 2, "nccl", False), (4, 2, 4, "nccl", False)])
 def test_launch_plan_one_process_per_gpu_or_two_on_the_cpu(gpus, cores, expected_nproc, backend, cpu_flag):
@@ -496,6 +505,7 @@ def test_speed_row_of_a_run_without_a_speed_is_nan_and_says_so():
     assert nb.explain_speedup(table, "gloo", 2).startswith("A timed run did not report its speed")
 
 
+@pytest.mark.gpu_branch("06", "explain_speedup: backend != 'gloo' and ratio <= 1.1 * many.processes")
 def test_explain_speedup_reads_the_table_honestly():
     slower = speed_table(speed_run(1, 2, 24000, 5.3, 4.5, 0.0), speed_run(2, 1, 18000, 14.0, 8.0, 3.0))
     assert "came on top" in nb.explain_speedup(slower, "gloo", 2)
@@ -737,3 +747,84 @@ def test_the_pictures_draw_with_titles_and_labels():
     assert "Ring all-reduce of 4 processes" in axis.get_title() and "1.5 times" in axis.get_title()
     assert axis.get_xlabel() and axis.get_ylabel()
     plt.close(figure)
+
+
+# --- Issue 21: the side a Windows machine and a GPU machine take, run with stand-ins ------------------
+
+def is_alive_elsewhere(monkeypatch, tmp_path, os_name):
+    """nb.is_alive as on a system without /proc and without psutil (Windows, or a bare macOS), whose
+    os.name is `os_name`; returns the signals it sent, as (pid, signal)."""
+    sent = []
+
+    def kill(pid, signal_number):
+        sent.append((pid, signal_number))
+        os.kill(pid, signal_number)
+
+    monkeypatch.setitem(nb.is_alive.__globals__, "proc_dir", lambda: tmp_path / "no-proc")
+    monkeypatch.setitem(nb.is_alive.__globals__, "os", types.SimpleNamespace(name=os_name, kill=kill))
+    monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` raises ImportError
+    return sent
+
+
+@pytest.mark.gpu_branch("06", "is_alive: os.name != 'posix'")
+def test_is_alive_on_windows_without_psutil_sends_no_signal(monkeypatch, tmp_path):
+    # On Windows os.kill(pid, 0) does not ask: every signal but CTRL_C_EVENT and CTRL_BREAK_EVENT
+    # ends the process with TerminateProcess (Python's documentation of os.kill).
+    sent = is_alive_elsewhere(monkeypatch, tmp_path, "nt")
+    assert nb.is_alive(os.getpid()) is False and sent == []
+
+
+def test_is_alive_on_a_posix_system_without_proc_or_psutil_asks_with_signal_0(monkeypatch, tmp_path):
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                              capture_output=True, text=True)
+    sent = is_alive_elsewhere(monkeypatch, tmp_path, "posix")
+    assert nb.is_alive(os.getpid()) is True
+    assert nb.is_alive(int(finished.stdout)) is False  # ended and reaped: no such process
+    assert sent == [(os.getpid(), 0), (int(finished.stdout), 0)]
+
+
+def timed_result_line(rank, world_size, device, samples_per_s, threads):
+    """A RESULT line of the script with --timing-steps, as torchrun's --tee prints it."""
+    result = {"rank": rank, "world_size": world_size, "device": device, "accuracy": 0.9,
+              "checksum": "4a0df676c9a5d4fb", "samples_per_s": samples_per_s, "step_ms": 10.0,
+              "compute_ms": 8.0, "allreduce_ms": 1.0, "gradient_MB": 0.18, "threads": threads}
+    return f"[default{rank}]:RESULT " + json.dumps(result)
+
+
+def stand_in_launches(outputs):
+    """run_launchers that records each launch (its commands and OMP_NUM_THREADS) and returns what
+    the real one returns, with the next lines of `outputs` as the programs' output."""
+    launched = []
+
+    def run_launchers(commands, time_limit_s, env=None, patience_s=15, echo=True):
+        launched.append({"commands": commands, "threads": env["OMP_NUM_THREADS"]})
+        return {"output": [(0, line) for line in outputs.pop(0)], "returncodes": [0], "stopped": None,
+                "seconds": 4.4, "ended_s": [4.4], "started": [], "leftovers": []}
+    return run_launchers, launched
+
+
+@pytest.mark.gpu_branch("06", "cell cell-33: plan['backend'] == 'gloo'")
+@pytest.mark.parametrize("gpu_count, threads, device, speeds, reading", [
+    (2, "4", "cuda", (10000.0, 19000.0), "The ideal with 2 GPUs is 2 times."),  # NCCL, 1 GPU each
+    (1, "8", "cpu", (10000.0, 9000.0), "Both runs shared the same 8 CPU cores"),  # gloo, --cpu
+    (0, "8", "cpu", (10000.0, 9000.0), "Both runs shared the same 8 CPU cores"),
+])
+def test_step_5_solo_run_gets_a_gpus_share_of_the_cores_on_nccl_and_all_of_them_on_gloo(
+        tmp_path, gpu_count, threads, device, speeds, reading):
+    plan = nb.launch_plan(gpu_count, 8, "cuda" if gpu_count else "cpu")
+    solo, many = speeds
+    where = [f"{device}:{rank}" if device == "cuda" else "cpu" for rank in range(2)]
+    ddp_run = {"output": [(0, timed_result_line(rank, 2, where[rank], many, plan["threads"]))
+                          for rank in range(2)]}
+    run_launchers, launched = stand_in_launches([[timed_result_line(0, 1, where[0], solo, int(threads))]])
+    namespace = {**vars(nb), "plan": plan, "CPU_CORES": 8, "script_path": tmp_path / "06_train_ddp.py",
+                 "train_args": ["--epochs", 2, *plan["script_args"]], "TIMING_STEPS": 5,
+                 "LOG_DIR": tmp_path / "logs", "TIME_LIMIT_S": 240, "run_launchers": run_launchers,
+                 "ddp_run": ddp_run}
+    printed = run_cell("06", "cell-33", namespace)
+    [launch] = launched
+    [command] = launch["commands"]
+    assert launch["threads"] == threads and "--nproc-per-node=1" in command
+    assert ("--cpu" in command) is (gpu_count == 1)  # one GPU: the CPU over gloo, as the DDP run
+    assert list(namespace["speed"].device) == [device, device]
+    assert reading in printed

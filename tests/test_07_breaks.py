@@ -102,6 +102,8 @@ def test_a_normal_exit_leaves_no_child_behind():
     assert gone(grandchild), "a child that the command left running was not stopped"
 
 
+@pytest.mark.gpu_branch("07", "new_session_options: os_name == 'nt'")
+@pytest.mark.gpu_branch("07", "stop_command: os_name == 'nt'")
 def test_each_system_gets_its_own_way_to_group_and_stop_processes():
     assert nb.new_session_options("posix") == {"start_new_session": True}
     assert nb.new_session_options("nt") == {"creationflags": 0x200}  # CREATE_NEW_PROCESS_GROUP
@@ -146,6 +148,8 @@ def test_stopping_on_windows_uses_taskkill_on_the_tree(monkeypatch):
 
 # --- Step 1: which runs, and what their output says ------------------------------------------------
 
+@pytest.mark.gpu_branch("07", "label_demo_runs: device_type == 'cuda'")
+@pytest.mark.gpu_branch("07", "label_demo_runs: device_type == 'mps'")
 def test_label_demo_runs_per_kind_of_device():
     cuda = nb.label_demo_runs("cuda")
     assert [device for _, device, _ in cuda] == ["cuda", "cuda"]
@@ -662,6 +666,7 @@ def test_runs_that_differ_counts_runs_unlike_the_first():
     assert nb.runs_that_differ(lambda: torch.zeros(10).index_add_(0, places, numbers)) == 0
 
 
+@pytest.mark.gpu_branch("07", "nondeterminism_verdict: device_type == 'cuda'")
 def test_nondeterminism_verdict_for_each_case():
     assert "bug" in nb.nondeterminism_verdict("cuda", 3, 1)
     assert "3 of 4 runs differed" in nb.nondeterminism_verdict("cuda", 3, 0)

@@ -7,8 +7,11 @@ script with torchrun on 2 CPU processes over gloo, as the notebook does.
 """
 import ast
 import inspect
+import os
 import socket
+import subprocess
 import sys
+import types
 
 import pandas as pd
 import pytest
@@ -16,7 +19,7 @@ import torch
 import torch.distributed.run
 from torch import nn
 
-from notebook_code import code_cells, load_helpers, notebook_path, read
+from notebook_code import code_cells, load_helpers, notebook_path, read, run_cell
 
 nb = load_helpers("08")
 SCRIPT_TEXT = nb.SCRIPT_TOP + nb.SCRIPT_MODEL + nb.SCRIPT_MAIN
@@ -140,6 +143,7 @@ def test_the_stand_in_has_the_signatures_of_torch_cuda():
         assert list(inspect.signature(getattr(torch.cuda, name)).parameters) == ["device"]
 
 
+@pytest.mark.gpu_branch("08", "allocator_peak_bytes: device.type != 'cuda'")
 def test_allocator_peak_resets_runs_and_reads_the_peak_on_cuda_only():
     cuda, ran = StandInCuda(peak=12345), []
     device = torch.device("cuda", 0)
@@ -173,6 +177,7 @@ def test_the_snapshot_stand_in_accepts_what_the_real_functions_accept():
     assert "filename" in inspect.signature(torch.cuda.memory._dump_snapshot).parameters
 
 
+@pytest.mark.gpu_branch("08", "record_snapshot: device.type != 'cuda'")
 def test_record_snapshot_records_dumps_and_stops_recording(tmp_path):
     memory, ran = StandInMemory(), []
     path = tmp_path / "snap.pickle"
@@ -239,6 +244,8 @@ def test_describe_remedy_at_its_edges(saved, cost, words):
     assert all(word in text for word in words), text
 
 
+@pytest.mark.gpu_branch(
+    "08", "low_precision_dtype: device_type == 'cuda' and capability is not None and (tuple(capability) < (8, 0))")
 @pytest.mark.parametrize("device_type, capability, dtype", [
     ("cuda", (7, 5), torch.float16), ("cuda", (8, 0), torch.bfloat16), ("cuda", (7, 9), torch.float16),
     ("cuda", None, torch.bfloat16), ("cpu", None, torch.bfloat16), ("mps", None, torch.bfloat16)])
@@ -349,6 +356,8 @@ def test_every_row_of_the_summary_has_advice():
 # FSDP2: the version gate, the checks, ZeRO
 
 
+@pytest.mark.gpu_branch(
+    "08", "fsdp_gate: backend == 'gloo' and version_tuple(version) < version_tuple(FSDP2_GLOO_FIRST)")
 @pytest.mark.parametrize("version, backend, runs", [
     ("2.6.0", "gloo", False), ("2.6.0+cpu", "gloo", False), ("2.6.9", "gloo", False),
     ("2.7.0", "gloo", True), ("2.7.0a0+git1234", "gloo", True), ("2.14.1+cu130", "gloo", True),
@@ -430,6 +439,7 @@ def test_the_script_shards_each_block_then_the_model_and_builds_the_optimizer_af
     assert ast.unparse(ast.parse(main).body[0].body[-1]) == "leave_process_group()"
 
 
+@pytest.mark.gpu_branch("08", "SCRIPT_MAIN.leave_process_group: gloo")
 @pytest.mark.parametrize("backend, calls", [
     ("gloo", ["get_backend", "barrier", "destroy_process_group", "flush", "flush", "_exit(0)"]),
     ("nccl", ["get_backend", "barrier", "destroy_process_group"])])
@@ -449,6 +459,9 @@ def test_leave_process_group_exits_at_once_on_gloo_only(backend, calls):
     assert done == calls
 
 
+@pytest.mark.gpu_branch("08", "SCRIPT_MAIN.start_process_group: use_gpu")
+@pytest.mark.gpu_branch("08", "SCRIPT_MAIN.start_process_group: use_gpu (2)")
+@pytest.mark.gpu_branch("08", "SCRIPT_MAIN.start_process_group: use_gpu (3)")
 @pytest.mark.parametrize("gpu, cpu_only, backend, device", [
     (True, False, "nccl", "cuda:1"), (True, True, "gloo", "cpu"), (False, False, "gloo", "cpu")])
 def test_start_process_group_picks_nccl_and_the_local_gpu_only_with_cuda(gpu, cpu_only, backend, device):
@@ -508,6 +521,9 @@ def test_a_launch_on_a_chosen_port_is_accepted_by_torchrun(tmp_path):
     assert args.training_script_args == ["--steps", "3"]
 
 
+@pytest.mark.gpu_branch("08", "launch_plan: accelerator == 'mps'")
+@pytest.mark.gpu_branch("08", "launch_plan: gpu_count == 1")
+@pytest.mark.gpu_branch("08", "launch_plan: gpu_count >= 2")
 @pytest.mark.parametrize("gpus, backend, cpu_flag", [(0, "gloo", False), (1, "gloo", True), (2, "nccl", False)])
 def test_launch_plan_shards_over_gpus_only_when_there_are_two(gpus, backend, cpu_flag):
     plan = nb.launch_plan(gpus, 2)
@@ -587,3 +603,113 @@ GPU_BRANCHES = {
 
 def test_every_gpu_branch_has_a_test_that_exists():
     assert all(callable(globals().get(name)) for name in GPU_BRANCHES.values())
+
+
+# --- Issue 21: the side a Windows machine and a GPU machine take, run with stand-ins ------------------
+
+def is_alive_elsewhere(monkeypatch, tmp_path, os_name):
+    """nb.is_alive as on a system without /proc and without psutil (Windows, or a bare macOS), whose
+    os.name is `os_name`; returns the signals it sent, as (pid, signal)."""
+    sent = []
+
+    def kill(pid, signal_number):
+        sent.append((pid, signal_number))
+        os.kill(pid, signal_number)
+
+    monkeypatch.setitem(nb.is_alive.__globals__, "proc_dir", lambda: tmp_path / "no-proc")
+    monkeypatch.setitem(nb.is_alive.__globals__, "os", types.SimpleNamespace(name=os_name, kill=kill))
+    monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` raises ImportError
+    return sent
+
+
+@pytest.mark.gpu_branch("08", "is_alive: os.name != 'posix'")
+def test_is_alive_on_windows_without_psutil_sends_no_signal(monkeypatch, tmp_path):
+    # On Windows os.kill(pid, 0) does not ask: every signal but CTRL_C_EVENT and CTRL_BREAK_EVENT
+    # ends the process with TerminateProcess (Python's documentation of os.kill).
+    sent = is_alive_elsewhere(monkeypatch, tmp_path, "nt")
+    assert nb.is_alive(os.getpid()) is False and sent == []
+
+
+def test_is_alive_on_a_posix_system_without_proc_or_psutil_asks_with_signal_0(monkeypatch, tmp_path):
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                              capture_output=True, text=True)
+    sent = is_alive_elsewhere(monkeypatch, tmp_path, "posix")
+    assert nb.is_alive(os.getpid()) is True
+    assert nb.is_alive(int(finished.stdout)) is False  # ended and reaped: no such process
+    assert sent == [(os.getpid(), 0), (int(finished.stdout), 0)]
+
+
+@pytest.mark.gpu_branch("08", "cell cell-26: device.type == 'cuda'")
+@pytest.mark.parametrize("device_type, capability, low", [
+    ("cuda", (7, 5), torch.float16),  # a T4: no bfloat16 before compute capability 8.0
+    ("cuda", (8, 0), torch.bfloat16),  # an A100
+    ("mps", None, torch.bfloat16),  # a Mac: no CUDA capability to ask for
+    ("cpu", None, torch.bfloat16),
+])
+def test_step_3_tries_the_16_bit_format_of_the_gpu_and_synchronizes_it_around_each_timed_step(
+        monkeypatch, device_type, capability, low):
+    # torch.cuda.get_device_capability(device) -> (major, minor); torch.cuda.synchronize(device) and
+    # torch.mps.synchronize() -> None. The steps themselves run on the CPU: the cell only decides with
+    # `device`, it moves nothing.
+    asked, synchronized = [], []
+
+    def get_device_capability(device=None):
+        asked.append(device)
+        return capability
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", get_device_capability)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synchronized.append(device))
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: synchronized.append(torch.device("mps")))
+    model, (inputs, labels) = tiny_model(), tiny_batch()
+    checkpointed = nn.Sequential(*[nb.Checkpointed(m) if isinstance(m, nb.Block) else m for m in model])
+    device = torch.device(device_type)
+    namespace = {**vars(nb), "device": device, "model": model, "inputs": inputs, "labels": labels,
+                 "adam": torch.optim.Adam(model.parameters(), lr=1e-3), "REPEATS": 1,
+                 "checkpointed_model": checkpointed}
+    printed = run_cell("08", "cell-26", namespace)
+    name = str(low).replace("torch.", "")
+    assert asked == ([device] if device_type == "cuda" else [])
+    assert list(namespace["remedy_table"].index) == [
+        "baseline", "activation checkpointing", "gradient accumulation, 4 parts", f"autocast ({name})",
+        f"16-bit weights ({name})"]
+    assert {p.dtype for p in namespace["low_model"].parameters()} == {low}
+    assert 2 * nb.storage_bytes(namespace["low_model"].parameters()) == nb.storage_bytes(model.parameters())
+    assert synchronized == ([device] * 2 * 5 if device_type != "cpu" else [])  # before and after each
+    assert [line.split(":")[0] for line in printed.splitlines()] == list(namespace["remedy_table"].index[1:])
+
+
+def stand_in_launches(outputs):
+    """run_launchers that records each launch (its commands and OMP_NUM_THREADS) and returns what
+    the real one returns, with the next lines of `outputs` as the programs' output."""
+    launched = []
+
+    def run_launchers(commands, time_limit_s, env=None, patience_s=15, echo=True):
+        launched.append({"commands": commands, "threads": env["OMP_NUM_THREADS"]})
+        return {"output": [(0, line) for line in outputs.pop(0)], "returncodes": [0], "stopped": None,
+                "seconds": 5.0, "ended_s": [5.0], "started": [], "leftovers": []}
+    return run_launchers, launched
+
+
+@pytest.mark.gpu_branch("08", "cell cell-46: plan['backend'] == 'gloo'")
+@pytest.mark.parametrize("gpu_count, one_process_threads", [(2, "1"), (1, "8"), (0, "8")])
+def test_step_4_gives_the_one_process_reference_one_thread_beside_a_gpu_and_every_core_on_gloo(
+        tmp_path, gpu_count, one_process_threads):
+    plan = nb.launch_plan(gpu_count, 8, "cuda" if gpu_count else "cpu")
+    run_launchers, launched = stand_in_launches([[], []])
+    ports = iter([29511, 29512])
+    namespace = {**vars(nb), "plan": plan, "can_shard": True, "BATCH": 16, "WIDTH": 64, "DEPTH": 2,
+                 "SEQUENCE": 32, "FSDP_STEPS": 3, "CPU_CORES": 8, "TIME_LIMIT_S": 240,
+                 "script_path": tmp_path / "08_train_fsdp.py", "DATA_DIR": tmp_path,
+                 "run_launchers": run_launchers, "free_port": lambda: next(ports)}
+    printed = run_cell("08", "cell-46", namespace)
+    reference, sharded = launched
+    [one], [many] = reference["commands"], sharded["commands"]
+    assert reference["threads"] == one_process_threads and sharded["threads"] == str(plan["threads"])
+    assert "--nproc-per-node=1" in one and "--no-fsdp" in one
+    assert f"--nproc-per-node={plan['nproc']}" in many and "--no-fsdp" not in many
+    assert all(("--cpu" in command) is (gpu_count == 1) for command in (one, many))
+    assert "--rdzv-endpoint=127.0.0.1:29511" in one and printed.count("$ ") == 2
+    assert list(namespace["runs"]) == ["one process", f"FSDP2, {plan['nproc']} processes"]
+    namespace = {**namespace, "can_shard": False, "run_launchers": None}
+    run_cell("08", "cell-46", namespace)
+    assert namespace["runs"] == {}  # the gate said no: nothing is launched

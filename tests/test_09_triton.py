@@ -25,7 +25,7 @@ from unittest import mock
 import pytest
 import torch
 
-from notebook_code import load_helpers, notebook_path, read
+from notebook_code import cell_source, load_helpers, notebook_path, read, run_cell
 
 STAND_IN_TRITON = types.SimpleNamespace(jit=lambda function: function, constexpr=int)
 
@@ -37,13 +37,9 @@ def nb():
         return load_helpers("09")
 
 
-def cell_source(cell_id):
-    (cell,) = [cell for cell in read(notebook_path("09")).cells if cell.get("id") == cell_id]
-    return cell.source
-
-
 # --- Which way the kernels run: compiled, interpreted or shown ------------------------------------
 
+@pytest.mark.gpu_branch("09", "triton_plan: device_type == 'cuda'")
 def test_triton_plan_for_each_kind_of_machine(nb):
     assert nb.triton_plan("cuda", None)[0] == "shown"
     assert nb.triton_plan("cpu", None)[0] == "shown"
@@ -98,7 +94,7 @@ def run_plan_cell(nb, device_type, versions, monkeypatch, imported=False):
                  "installed_version": lambda name: versions.get(name),
                  "sys": types.SimpleNamespace(modules={"triton": stand_in} if imported else {}),
                  "__builtins__": {**vars(builtins), "__import__": fake_import}}
-    exec(cell_source("plan"), namespace)
+    print(run_cell("09", "plan", namespace), end="")  # what the cell printed, for capsys
     return namespace, at_import[0]
 
 
@@ -262,7 +258,7 @@ def test_step_4_gpu_branch_runs_with_stand_ins(nb):
                  "time_it": lambda function, device, repeats, warmup: 2e-3,
                  "x": torch.ones(100), "y": torch.ones(100), "matrix": torch.ones(4, 10),
                  "a": torch.ones(8, 4), "b": torch.ones(4, 6)}
-    exec(cell_source("speed"), namespace)
+    run_cell("09", "speed", namespace)
     (table,) = shown
     assert len(table) == 8 and table.ms.eq(2.0).all() and table.share_of_peak_pct.notna().all()
 
@@ -274,6 +270,10 @@ def test_no_timing_message_says_why(nb):
 
 # --- Step 5: Inductor's plan and its generated code --------------------------------------------------
 
+@pytest.mark.gpu_branch("09", "inductor_plan: device_type == 'cuda' and has_triton")
+@pytest.mark.gpu_branch("09", "inductor_plan: device_type == 'cuda'")
+@pytest.mark.gpu_branch("09", "inductor_plan: device_type == 'cpu' and cpp_compiler")
+@pytest.mark.gpu_branch("09", "inductor_plan: device_type == 'cpu'")
 def test_inductor_plan_for_each_device(nb):
     assert nb.inductor_plan("cuda", None, True) == (True, "Inductor writes Triton kernels for your GPU")
     assert nb.inductor_plan("cuda", "/usr/bin/g++", False)[0] is False
@@ -418,7 +418,7 @@ def test_the_kernels_match_pytorch_under_the_interpreter_at_their_block_boundari
 
 
 def test_the_notebook_imports_triton_only_after_setting_the_variable():
-    source = cell_source("plan")
+    source = cell_source("09", "plan")
     assert source.index('os.environ["TRITON_INTERPRET"] = "1"') < source.index("import triton")
     code = [cell.source for cell in read(notebook_path("09")).cells if cell.cell_type == "code"]
     before_plan = "\n".join(code[:code.index(source)])

@@ -155,42 +155,9 @@ def gpu_branches(paths=NOTEBOOKS):
 # --- Who executes each branch ----------------------------------------------------------------------------
 
 # Claims made here for tests in other files: (notebook, key): "tests/file.py::test_name". A marker
-# @pytest.mark.gpu_branch(notebook, key) on the test itself does the same and is easier to keep in step.
+# @pytest.mark.gpu_branch(notebook, key) on the test itself does the same and is easier to keep in step:
+# the tests of notebooks 01, 02 and 06 to 09 carry theirs as markers; these entries wait for the same.
 CLAIMED_BY = {
-    # Notebook 01's diagnosis, run with stand-in facts shaped like gather_facts() on each machine.
-    ("01", "amd_gpu_not_in_wheel: not (facts['cuda_available'] and facts['hip_build'] and built)"):
-        "tests/test_01_check_gpu.py::test_rocm_wheel_without_the_gpus_architecture",
-    ("01", "cpu_only_wheel: facts['cuda_build'] is not None"):
-        "tests/test_01_check_gpu.py::test_cuda_visible_devices_hiding_the_gpu",
-    ("01", "cpu_only_wheel: facts['os'] == 'Windows'"):
-        "tests/test_01_check_gpu.py::test_cpu_only_wheel_on_windows_gives_two_powershell_safe_lines_with_the_kernels_python",
-    ("01", "driver_too_old: not facts['cuda_build'] or not smi.get('driver_version')"):
-        "tests/test_01_check_gpu.py::test_a_cuda11_driver_is_not_offered_the_cuda12_wheel",
-    ("01", "gpu_ready: facts['hip_build']"):
-        "tests/test_01_check_gpu.py::test_rocm_wheel_with_a_visible_mi250_is_ready_and_does_not_crash",
-    ("01", "gpu_ready: not (facts['cuda_available'] and facts['gpu_count'] > 0)"):
-        "tests/test_01_check_gpu.py::test_all_good_on_a_t4",
-    ("01", "mac_without_mps: facts['os'] != 'Darwin'"):
-        "tests/test_01_check_gpu.py::test_intel_mac_points_to_conda_forge",
-    ("01", "mps_ready: not facts['mps_available']"):
-        "tests/test_01_check_gpu.py::test_apple_silicon_with_mps_is_ready",
-    ("01", "nvidia_gpu_not_in_wheel: not (facts['cuda_available'] and facts['cuda_build'] and nvidia_arches)"):
-        "tests/test_01_check_gpu.py::test_p100_with_a_cuda13_wheel_needs_the_legacy_build",
-    ("01", "nvidia_gpu_not_in_wheel: tuple((int(part) for part in gpu['capability'].split('.'))) < (7, 5)"):
-        "tests/test_01_check_gpu.py::test_p100_with_a_cuda13_wheel_needs_the_legacy_build",
-    ("01", "python_command: facts['os'] == 'Windows'"):
-        "tests/test_01_check_gpu.py::test_cpu_only_wheel_on_windows_gives_two_powershell_safe_lines_with_the_kernels_python",
-    ("01", "rocm_without_gpu: not facts['hip_build']"):
-        "tests/test_01_check_gpu.py::test_rocm_wheel_without_a_gpu_checks_driver_groups_and_variables",
-    # Notebook 02: helpers called with device("cuda") / ("mps") and torch.cuda stood in for.
-    ("02", "feeding_story: moved and device.type == 'cpu'"):
-        "tests/test_02_device.py::test_feeding_story_says_what_each_device_shows",
-    ("02", "free_cached_memory: device.type == 'cuda'"):
-        "tests/test_02_device.py::test_cuda_cache_is_emptied_after_each_failure_and_only_on_cuda",
-    ("02", "gpu_checkpoint_error: torch.cuda.is_available()"):
-        "tests/test_02_device.py::test_gpu_checkpoint_error_is_pytorchs_own_and_only_without_cuda",
-    ("02", "search_story: device.type == 'cuda'"):
-        "tests/test_02_device.py::test_search_story_labels_measured_and_simulated_results",
     # Notebook 04: the sentences for a GPU's numbers, and the GPU's larger product.
     ("04", "describe_break_even: gpu_fit is None"): "tests/test_04_gpu_win.py::test_break_even_sentence",
     ("04", "describe_cold_warm: device_type == 'cpu'"):
@@ -212,130 +179,14 @@ CLAIMED_BY = {
         "tests/test_05_faster.py::test_a_cuda_gpu_needs_triton_for_inductor",
     ("05", "choose_compile_backend: device_type == 'cuda' and has_triton and cpp_compiler"):
         "tests/test_05_faster.py::test_a_cuda_gpu_needs_triton_for_inductor",
-    # Notebook 06: the plan for 0, 1 and 2 GPUs and a Mac, NCCL's reading, the script's exit on NCCL.
-    ("06", "explain_speedup: backend != 'gloo' and ratio <= 1.1 * many.processes"):
-        "tests/test_06_ddp.py::test_explain_speedup_reads_the_table_honestly",
-    ("06", "launch_plan: accelerator == 'mps'"):
-        "tests/test_06_ddp.py::test_launch_plan_one_process_per_gpu_or_two_on_the_cpu",
-    ("06", "launch_plan: gpu_count == 1"): "tests/test_06_ddp.py::test_launch_plan_one_process_per_gpu_or_two_on_the_cpu",
-    ("06", "launch_plan: gpu_count >= 2"): "tests/test_06_ddp.py::test_launch_plan_one_process_per_gpu_or_two_on_the_cpu",
-    ("06", "SCRIPT_GROUP.leave_process_group: gloo"):
-        "tests/test_06_ddp.py::test_leave_process_group_exits_at_once_on_gloo_only",
-    # Notebook 01's cells, run with stand-ins for device and torch.cuda (its run_cell helper).
-    ('01', 'gpu_details: torch.version.hip'):
-        'tests/test_01_check_gpu.py::test_gpu_details_on_an_amd_gpu_reads_the_gfx_name',
-    ('01', "mac_without_mps: not facts.get('mps_built', True)"):
-        'tests/test_01_check_gpu.py::test_a_mac_build_without_mps_and_a_linux_machine_are_not_mixed_up',
-    ('01', 'smi_summary: cuda_build is None'):
-        'tests/test_01_check_gpu.py::test_smi_summary_compares_the_majors',
-    ('01', 'cell cell-05-device: torch.cuda.is_available()'):
-        'tests/test_01_check_gpu.py::test_step_1_names_every_gpu',
-    ('01', "cell cell-05-device: device.type != 'cpu'"):
-        'tests/test_01_check_gpu.py::test_step_1_on_a_mac_an_intel_gpu_and_a_cpu',
-    ('01', "cell cell-05-device: device.type == 'mps'"):
-        'tests/test_01_check_gpu.py::test_step_1_on_a_mac_an_intel_gpu_and_a_cpu',
-    ('01', "cell cell-07: facts['gpus']"):
-        'tests/test_01_check_gpu.py::test_step_1_table_of_gpus_on_a_t4_and_the_messages_without_one',
-    ('01', "cell cell-07: device.type == 'mps'"):
-        'tests/test_01_check_gpu.py::test_step_1_table_of_gpus_on_a_t4_and_the_messages_without_one',
-    ('01', 'cell cell-15: torch.accelerator.is_available()'):
-        'tests/test_01_check_gpu.py::test_step_4_modern_and_classic_choice_on_each_machine',
-    ('01', 'cell cell-15: torch.cuda.is_available()'):
-        'tests/test_01_check_gpu.py::test_step_4_modern_and_classic_choice_on_each_machine',
-    ('01', 'cell cell-15: torch.backends.mps.is_available()'):
-        'tests/test_01_check_gpu.py::test_step_4_modern_and_classic_choice_on_each_machine',
-    ('01', "cell cell-17-run: device.type == 'cpu'"):
-        'tests/test_01_check_gpu.py::test_step_5_on_a_gpu_measures_it_on_a_larger_matrix_and_says_how_many_times',
-    ('01', "cell cell-19-run: device.type == 'cuda'"):
-        'tests/test_01_check_gpu.py::test_datasheet_cell_on_a_v100_sxm2_uses_the_sxm2_peak',
-    ('01', "cell cell-21-run: device.type == 'cuda'"):
-        'tests/test_01_check_gpu.py::test_going_deeper_b_on_a_cuda_gpu_copies_pageable_and_pinned_memory',
-    ('01', "cell cell-21-run: device.type != 'cpu'"):
-        'tests/test_01_check_gpu.py::test_going_deeper_b_on_a_mac_and_on_a_cpu',
-    # Notebook 02: helpers and cells run with device('cuda') / ('mps') and stand-ins.
-    ('02', "creation_story: device.type == 'cpu'"):
-        'tests/test_02_device.py::test_creation_story_names_the_larger_part_of_the_detour',
-    ('02', "draw_where_tensors_live: device.type == 'cuda'"):
-        'tests/test_02_device.py::test_the_figure_draws_pageable_pinned_and_gpu_memory_and_the_copies',
-    ('02', "draw_where_tensors_live: device.type == 'cpu'"):
-        'tests/test_02_device.py::test_the_figure_draws_pageable_pinned_and_gpu_memory_and_the_copies',
-    ('02', "not_the_cpu: device.type == 'cpu'"):
-        'tests/test_02_device.py::test_not_the_cpu_is_the_gpu_itself_and_meta_only_without_one',
-    ('02', "tour_row: device.type != 'cpu'"):
-        'tests/test_02_device.py::test_going_deeper_a_times_a_cpu_copy_of_each_model_off_the_cpu',
-    ('02', "cell cell-39c: device.type == 'cuda'"):
-        'tests/test_02_device.py::test_step_5_memory_cell_on_a_cuda_gpu',
-    ('02', "cell cell-43c: device.type == 'cuda'"):
-        'tests/test_02_device.py::test_going_deeper_b_searches_for_real_on_a_cuda_gpu',
-    ('02', "cell cell-49: device.type != 'cpu'"):
-        'tests/test_02_device.py::test_going_deeper_d_lists_each_gpu_this_process_can_use',
-    # Notebook 06's script: choose_device, start_process_group and wrap_in_ddp with stand-ins.
-    ('06', 'SCRIPT_GROUP.choose_device: cpu_only or gpu_count == 0'):
-        'tests/test_06_ddp.py::test_choose_device_at_its_edges',
-    ('06', 'SCRIPT_GROUP.choose_device: local_rank >= gpu_count'):
-        'tests/test_06_ddp.py::test_choose_device_at_its_edges',
-    ('06', "SCRIPT_GROUP.start_process_group: device.type == 'cuda'"):
-        'tests/test_06_ddp.py::test_on_two_gpus_each_process_takes_the_gpu_of_its_local_rank_over_nccl',
-    ('06', "SCRIPT_GROUP.start_process_group: device.type == 'cuda' (2)"):
-        'tests/test_06_ddp.py::test_on_two_gpus_each_process_takes_the_gpu_of_its_local_rank_over_nccl',
-    ('06', "SCRIPT_GROUP.wrap_in_ddp: device.type == 'cuda'"):
-        'tests/test_06_ddp.py::test_wrap_in_ddp_names_the_process_gpu_and_none_on_the_cpu',
-    # Notebook 07: the demo's runs per device, Windows' process groups, the CUDA verdict.
-    ('07', "label_demo_runs: device_type == 'cuda'"):
-        'tests/test_07_breaks.py::test_label_demo_runs_per_kind_of_device',
-    ('07', "label_demo_runs: device_type == 'mps'"):
-        'tests/test_07_breaks.py::test_label_demo_runs_per_kind_of_device',
-    ('07', "new_session_options: os_name == 'nt'"):
-        'tests/test_07_breaks.py::test_each_system_gets_its_own_way_to_group_and_stop_processes',
-    ('07', "stop_command: os_name == 'nt'"):
-        'tests/test_07_breaks.py::test_each_system_gets_its_own_way_to_group_and_stop_processes',
-    ('07', "nondeterminism_verdict: device_type == 'cuda'"):
-        'tests/test_07_breaks.py::test_nondeterminism_verdict_for_each_case',
-    # Notebook 08: the CUDA allocator with a stand-in torch.cuda, the FSDP gate and plan, its script.
-    ('08', "allocator_peak_bytes: device.type != 'cuda'"):
-        'tests/test_08_memory.py::test_allocator_peak_resets_runs_and_reads_the_peak_on_cuda_only',
-    ('08', "fsdp_gate: backend == 'gloo' and version_tuple(version) < version_tuple(FSDP2_GLOO_FIRST)"):
-        'tests/test_08_memory.py::test_fsdp_gate_at_the_first_release_that_runs_fsdp2_over_gloo',
-    ('08', "launch_plan: accelerator == 'mps'"):
-        'tests/test_08_memory.py::test_launch_plan_shards_over_gpus_only_when_there_are_two',
-    ('08', 'launch_plan: gpu_count == 1'):
-        'tests/test_08_memory.py::test_launch_plan_shards_over_gpus_only_when_there_are_two',
-    ('08', 'launch_plan: gpu_count >= 2'):
-        'tests/test_08_memory.py::test_launch_plan_shards_over_gpus_only_when_there_are_two',
-    ('08', "low_precision_dtype: device_type == 'cuda' and capability is not None and (tuple(capability) < (8, 0))"):
-        'tests/test_08_memory.py::test_low_precision_dtype_is_float16_only_before_capability_8',
-    ('08', "record_snapshot: device.type != 'cuda'"):
-        'tests/test_08_memory.py::test_record_snapshot_records_dumps_and_stops_recording',
-    ('08', 'SCRIPT_MAIN.start_process_group: use_gpu'):
-        'tests/test_08_memory.py::test_start_process_group_picks_nccl_and_the_local_gpu_only_with_cuda',
-    ('08', 'SCRIPT_MAIN.start_process_group: use_gpu (2)'):
-        'tests/test_08_memory.py::test_start_process_group_picks_nccl_and_the_local_gpu_only_with_cuda',
-    ('08', 'SCRIPT_MAIN.start_process_group: use_gpu (3)'):
-        'tests/test_08_memory.py::test_start_process_group_picks_nccl_and_the_local_gpu_only_with_cuda',
-    ('08', 'SCRIPT_MAIN.leave_process_group: gloo'):
-        'tests/test_08_memory.py::test_leave_process_group_exits_at_once_on_gloo_only',
-    # Notebook 09: the plans for Triton and Inductor on each kind of machine.
-    ('09', "inductor_plan: device_type == 'cuda' and has_triton"):
-        'tests/test_09_triton.py::test_inductor_plan_for_each_device',
-    ('09', "inductor_plan: device_type == 'cuda'"):
-        'tests/test_09_triton.py::test_inductor_plan_for_each_device',
-    ('09', "inductor_plan: device_type == 'cpu' and cpp_compiler"):
-        'tests/test_09_triton.py::test_inductor_plan_for_each_device',
-    ('09', "inductor_plan: device_type == 'cpu'"):
-        'tests/test_09_triton.py::test_inductor_plan_for_each_device',
-    ('09', "triton_plan: device_type == 'cuda'"):
-        'tests/test_09_triton.py::test_triton_plan_for_each_kind_of_machine',
 }
 
 # Branches no test executes yet, each with why (or who will add the test). The list may only shrink:
 # an entry that a test now claims, or that is no longer in the notebooks, fails the test below.
-# A top-level cell is best tested by running its source with stand-ins for `device` and torch.cuda (as
-# tests/test_01_check_gpu.py::test_step_6_is_skipped_with_a_message_without_fastai runs one), or by moving
-# its decision into a small function that a test calls.
+# A top-level cell is best tested by running it with stand-ins for `device` and torch.cuda through
+# notebook_code.run_cell (as tests/test_08_memory.py's test of cell cell-26 does), or by moving its
+# decision into a small function that a test calls.
 KNOWN_UNTESTED = {
-    # Notebook 01 (owner of test_01): gather_facts() with torch.cuda stood in for, on a GPU machine
-    # (test_gather_facts_has_exactly_the_keys_the_tests_make_up runs it on this CPU only).
-    ("01", "gather_facts: cuda_available"): "no test runs gather_facts() with a GPU",
     # Notebook 05 (owner of test_05): a training step with CUDA graphs (reduce-overhead), and the cells
     # that choose the profiler's GPU activity, the GPU-only variants and fastai's callbacks.
     ("05", "train_step: run.cuda_graphs"): "no test runs train_step() with cuda_graphs=True",
@@ -351,13 +202,6 @@ KNOWN_UNTESTED = {
     ("05", "cell cell-60: ON_GPU"): "top-level cell: cudnn.benchmark",
     ("05", "cell cell-61: variant.startswith('autocast') and device.type == 'cpu'"): "top-level cell",
     ("05", "cell cell-80: device.type != 'cuda'"): "top-level cell: fastai's own CUDA autocast",
-    # Notebook 06 (owner of test_06): is_alive() on Windows without psutil, and the solo run's threads.
-    ("06", "is_alive: os.name != 'posix'"): "Windows without psutil",
-    ("06", "cell cell-33: plan['backend'] == 'gloo'"): "top-level cell: the threads of the solo run",
-    # Notebook 08 (owner of test_08): the same is_alive() as 06, and two cells run on a GPU.
-    ("08", "is_alive: os.name != 'posix'"): "Windows without psutil",
-    ("08", "cell cell-26: device.type == 'cuda'"): "top-level cell",
-    ("08", "cell cell-46: plan['backend'] == 'gloo'"): "top-level cell",
 }
 
 

@@ -86,3 +86,23 @@ def test_only_tests_that_can_run_helpers_are_measured(request):
     assert runs_helpers(request.node), "this module imports load_helpers"
     assert not runs_helpers(type("NbvalCell", (), {})()), "an nbval cell has no module"
     assert not runs_helpers(type("Item", (), {"module": __import__("shared_checks")})())
+
+
+def test_the_cells_tests_run_whole_count_in_their_notebooks_row():
+    """run_cell's files (01_name.<cell id>.py) join the row of their notebook; their top-level code is
+    named after the cell, and a function the cell defines counts once with its helper-file copy."""
+    from notebook_code import cell_file
+
+    nb = load_helpers("01")
+    own_start = inspect.getsourcelines(nb.arch_supported)[1]
+    files = {str(helper_file("01")): {"functions": {
+        "arch_supported": region(own_start, 10, 8, [own_start + 1], []),
+    }}, str(cell_file("01", "cell-07")): {"functions": {
+        "": region(1, 6, 4, [1, 2, 3], [[2, 3]]),
+        "arch_supported": region(40, 10, 8, [41, 42], []),
+    }}}
+    rows = summary(files)
+    assert set(rows) == {helper_file("01").stem, "install and shared setup cells (in every notebook)"}
+    own = rows[helper_file("01").stem]
+    assert set(own.functions) == {"arch_supported", "cell cell-07"}
+    assert own.totals() == (2 + 3, 10 + 6, 0 + 1, 8 + 4)

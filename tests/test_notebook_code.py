@@ -1,12 +1,12 @@
 """tests/notebook_code.py itself: load_helpers keeps a notebook's definitions, never its work, and runs
 them from a generated file whose every line is the same line of the same cell (what coverage.py and
-tracebacks show must lead back to the notebook)."""
+tracebacks show must lead back to the notebook); run_cell runs one whole cell the same way."""
 import inspect
 
 import pytest
 
-from notebook_code import (NOTEBOOKS, _definitions_only, code_cells, helper_file, helper_source, load_helpers,
-                           notebook_location, notebook_path, read)
+from notebook_code import (NOTEBOOKS, _definitions_only, cell_file, cell_source, code_cells, helper_file,
+                           helper_source, load_helpers, notebook_location, notebook_path, read, run_cell)
 
 CELL = '''\
 import os
@@ -59,3 +59,37 @@ def test_helpers_run_from_the_generated_file_and_lead_back_to_their_cell():
     cell_line = int(where.rsplit(" line ", 1)[1])
     assert read(notebook_path("01")).cells[index].source.splitlines()[cell_line - 1] == "def pick_device():"
     assert not hasattr(nb, "facts"), "the notebook's work (facts = gather_facts()) must not run"
+
+
+def test_run_cell_runs_a_whole_cell_from_its_own_file_and_returns_what_it_printed():
+    import torch
+
+    nb = load_helpers("01")
+    namespace = {**vars(nb), "device": torch.device("cpu")}
+    printed = run_cell("01", "cell-05-device", namespace)
+    assert printed.startswith("No GPU: PyTorch runs on the CPU.")
+    path = cell_file("01", "cell-05-device")
+    assert path.is_file() and path.parent == helper_file("01").parent
+    assert path.read_text().splitlines() == cell_source("01", "cell-05-device").splitlines()
+    index = [cell.get("id") for cell in read(notebook_path("01")).cells].index("cell-05-device")
+    where = notebook_location(path, 2)
+    assert where == f"{notebook_path('01').name} cell {index} (id cell-05-device) line 2"
+
+
+def test_a_cell_that_raises_shows_its_own_file_and_line_in_the_traceback():
+    import traceback
+
+    try:
+        run_cell("01", "cell-05-device", {})  # no `device`, no helpers: the cell's first use fails
+    except NameError as error:
+        frames = traceback.extract_tb(error.__traceback__)
+    else:
+        raise AssertionError("a cell run without its names must raise NameError")
+    assert frames[-1].filename == str(cell_file("01", "cell-05-device"))
+    assert frames[-1].line == cell_source("01", "cell-05-device").splitlines()[frames[-1].lineno - 1].strip()
+
+
+def test_cell_source_names_a_code_cell_or_fails():
+    assert cell_source("01", "cell-05-device").strip()
+    with pytest.raises(AssertionError, match="no-such-cell"):
+        cell_source("01", "no-such-cell")

@@ -64,3 +64,17 @@ def test_nbval_cells_are_checked_by_the_conftest_hook():
     assert "self.test_outputs = outs" in source and "self.cell = cell" in source
     assert verdicts.describe_missing("05", "cell-65", [Verdict("x", "always", "a reason in words")], []) \
         .startswith("notebook 05, cell cell-65: a verdict")
+
+
+def test_the_triton_situation_and_a_table_whose_every_row_must_say_passed():
+    import importlib.util
+
+    assert verdicts.has_triton.__wrapped__() == (importlib.util.find_spec("triton") is not None)
+    table = "            check_on_this_run\n(16, 16, 16)     passed\n(32, 32, 32)     {}\n"
+    always = {**SITUATIONS, "triton": lambda: True}
+    stream = lambda text: [{"output_type": "execute_result", "data": {"text/plain": text}}]  # noqa: E731
+    assert missing_verdicts("09", "knobs", stream(table.format("passed")), always) == []
+    for other in ("failed", "not run"):
+        assert missing_verdicts("09", "knobs", stream(table.format(other)), always), other
+    assert missing_verdicts("09", "knobs", stream(table.format("failed")),
+                            {**SITUATIONS, "triton": lambda: False}) == []

@@ -12,7 +12,9 @@ Verdict(pattern, when, why):
   (stdout, stderr, and the text form of its results and displays);
 - when: the situation it holds in, one of SITUATIONS: "always"; "cpu" (PyTorch sees no GPU or other
   accelerator, as on the build machine and in CI); "gpu"; "offline" (duckduckgo.com does not answer, the
-  same probe notebook 03 makes); the tests run in fast mode (TUTORIAL_FAST=1) anyway;
+  same probe notebook 03 makes); "triton" (Triton is installed, as with PyTorch's Linux wheels; without
+  it notebook 09 shows its kernels instead of running them); the tests run in fast mode
+  (TUTORIAL_FAST=1) anyway;
 - why: what it proves, and what quiet fallback it catches.
 To add one: find the cell's id (`"id"` in the .ipynb, kept by nbstripout --keep-id), write the line the
 cell prints on this machine as a pattern, and say why. test_verdicts.py checks that every entry names a
@@ -113,6 +115,134 @@ VERDICTS = {
         Verdict(r"^Two nodes: all 2 processes hold bit-for-bit identical weights", "always",
                 "the two 'machines' met at the rendezvous and trained one model"),
     ],
+    ("06", "cell-10"): [
+        Verdict(r"^  each new process: AttributeError: Can't get attribute 'train'", "always",
+                "mp.spawn from a notebook fails as the prose says (the new processes cannot find a "
+                "function defined in __main__); a run that printed no error would teach nothing"),
+    ],
+    ("06", "cell-25b"): [
+        Verdict(r"bit for bit the trained weights that rank 0 reported\.$", "always",
+                "the checkpoint rank 0 saved holds exactly the weights DDP trained"),
+    ],
+    ("06", "cell-30"): [
+        Verdict(r"^The first process to fail: local rank 0, line \d+, in main: torch\.save\(", "always",
+                "first_failure finds the error file of the planted failure and the script's line; "
+                "'None' there would mean it read no error file"),
+    ],
+    ("06", "cell-33"): [
+        Verdict(r"^\d+ processes trained \d+\.\d+ times as many samples per second as 1 process",
+                "always", "both timed runs reported their speed (not 'A timed run did not report "
+                "its speed'); the ratio itself depends on the machine and is not checked"),
+    ],
+    ("06", "cell-44"): [
+        Verdict(r"^node\d's launcher failed with exit code 1 after \d+\.\d+ s\.$", "always",
+                "describe_ending: the planted failure (a checkpoint into a missing folder) happened, "
+                "without the final barrier; which node waits depends on the rendezvous order, so "
+                "only the failure is checked"),
+    ],
+    ("06", "cell-46"): [
+        Verdict(r"^node0's launcher failed with exit code 1 after [\s\S]*^node1's launcher failed "
+                r"with exit code 1 after [\s\S]*^Both launchers ended by themselves", "always",
+                "describe_ending: with the final barrier both launchers fail at once and none waits "
+                "in torchrun's exit barrier (the second ends well under a second after the first, "
+                "the notebook's patience is 5 s in fast mode): the reason the script ends with a "
+                "barrier"),
+    ],
+    # --- 07: when it breaks --------------------------------------------------------------------------------
+    ("07", "cell-09"): [
+        Verdict(r"^-> IndexError: Target 3 is out of bounds\. Raised at line \d+, the line that reads "
+                r"the bad label\.$", "cpu",
+                "on the CPU the planted label raises at once, at the line that reads it; 'No error "
+                "at all' or another line would mean the demo no longer shows the bug"),
+    ],
+    ("07", "cell-18"): [
+        Verdict(r"^First module with a non-finite output: \S+ \(NaiveLogSoftmax\)$", "always",
+                "the hooks name the planted module, not None or another module"),
+    ],
+    ("07", "cell-21"): [
+        Verdict(r"^RuntimeError: Function '\w+Backward\d*' returned nan values", "always",
+                "anomaly mode stops at the backward function that made the nan ('no error' would "
+                "mean it caught nothing)"),
+    ],
+    ("07", "cell-25"): [
+        Verdict(r"^The loss stayed finite for all \d+ steps and went down: ", "always",
+                "the fixed model trains: finite_verdict's other answers would mean the fix failed"),
+    ],
+    ("07", "cell-27"): [
+        Verdict(r"^Gradient-norm alarm at step \d+; first loss that is not finite at step \d+\.$",
+                "always", "the alarm rings and the planted learning rate does blow up ('step None' "
+                "would mean either failed quietly)"),
+    ],
+    ("07", "cell-38"): [
+        Verdict(r"^Skipped steps: \[\d+[\d, ]*\]; the weights stayed unchanged on exactly those "
+                r"steps: True$", "always",
+                "the CPU GradScaler skips some steps and updates the weights on all others"),
+    ],
+    ("07", "cell-46"): [
+        Verdict(r"^PlainAttribute: \['model\.feature_weights'\]$", "always",
+                "tensors_left_behind finds the tensor that model.to(device) would leave behind"),
+        Verdict(r"^WithBuffer: +nothing left behind$", "always", "and nothing in the fixed model"),
+    ],
+    ("07", "cell-51"): [
+        Verdict(r"^Broken samples: \{37: ", "always", "broken_samples finds the planted broken file"),
+        Verdict(r"^Without them, with workers: every batch loads$", "always",
+                "and without it every batch loads, with worker processes"),
+    ],
+    ("07", "cell-68"): [
+        Verdict(r"^(Every run was identical on cpu, with and without deterministic algorithms|By "
+                r"default \d+ of 4 runs differed in the last bits on cpu; with deterministic "
+                r"algorithms none did)\.$", "cpu",
+                "never 'Deterministic algorithms still differed' (printed, not raised)"),
+    ],
+    # --- 08: fit a bigger model ----------------------------------------------------------------------------
+    ("08", "cell-12"): [
+        Verdict(r"^SGD with momentum: \d+\.\d+ bytes per weight: the rule of about 12 holds\.$", "always",
+                "the counted bytes match the rule of thumb (a verdict printed, not asserted)"),
+        Verdict(r"^Adam: \d+\.\d+ bytes per weight: the rule of about 16 holds\.$", "always",
+                "the same for Adam's two moments"),
+    ],
+    ("08", "cell-17"): [
+        Verdict(r"^No CUDA GPU \(cpu\): the counted \d+\.\d+ MB stand\.", "cpu",
+                "without CUDA the allocator's peak is announced as missing, not made up"),
+    ],
+    ("08", "cell-26"): [
+        Verdict(r"^activation checkpointing: saves \d+\.\d+ MB and ", "always",
+                "checkpointing keeps fewer activations ('saves nothing' would mean it did not "
+                "work); its time cost depends on the machine and is not checked"),
+        Verdict(r"^16-bit weights \((bfloat16|float16)\): saves \d+\.\d+ MB and ", "always",
+                "16-bit weights and Adam state take less memory"),
+    ],
+    ("08", "cell-41"): [
+        Verdict(r"^PyTorch \S+ runs FSDP2 over (gloo|nccl)\.$", "always",
+                "the FSDP gate lets Step 4 run: requirements.txt installs a PyTorch that runs FSDP2 "
+                "over gloo (2.7 or newer), so a skipped Step 4 would leave it untested"),
+    ],
+    ("08", "cell-47"): [
+        Verdict(r"^\d+ processes: the weight shards add up to the whole model: True; each process "
+                r"holds about 1/\d+ of the weights and of Adam's state: True\.$", "always",
+                "FSDP2 sharded the weights and Adam's state evenly (shards_verdict, printed)"),
+        Verdict(r"^The losses agree with one process's within \S+ \(relative; tolerance \S+\): "
+                r"FSDP trained the same model\.$", "cpu",
+                "on the CPU the sharded run reaches one process's losses (on GPUs they may differ)"),
+    ],
+    # --- 09: what a GPU kernel is --------------------------------------------------------------------------
+    ("09", "add-check"): [
+        Verdict(r"^vector add: matches PyTorch (under Triton's interpreter|on the GPU)$", "triton",
+                "the kernel ran and matched; 'FAILED' (a broken interpreter) or 'not run' is printed, "
+                "not raised"),
+    ],
+    ("09", "softmax-launch"): [
+        Verdict(r"^row softmax: matches PyTorch (under Triton's interpreter|on the GPU)$", "triton",
+                "the fused softmax kernel ran and matched PyTorch"),
+    ],
+    ("09", "matmul-check"): [
+        Verdict(r"^matrix product: matches PyTorch (under Triton's interpreter|on the GPU)$", "triton",
+                "the tiled matrix product ran and matched PyTorch"),
+    ],
+    ("09", "knobs"): [
+        Verdict(r"\A(?![\s\S]*\b(failed|not run)\b)[\s\S]*\bpassed\b", "triton",
+                "every block size's check passed: no row says 'failed' or 'not run'"),
+    ],
 }
 
 
@@ -133,8 +263,21 @@ def is_offline(host="duckduckgo.com", port=443, timeout=3.0):
     return False
 
 
+@lru_cache(maxsize=None)
+def has_triton():
+    """True when Triton is installed (PyTorch's Linux wheels bring it; macOS and Windows have none),
+    found as notebook 09 finds it, by its distribution's metadata."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 SITUATIONS = {"always": lambda: True, "cpu": lambda: not has_accelerator(), "gpu": has_accelerator,
-              "offline": is_offline}
+              "offline": is_offline, "triton": has_triton}
 
 
 def _text(value):
