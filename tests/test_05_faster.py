@@ -748,48 +748,62 @@ def test_the_data_bound_view_sorts_by_cpu_time_so_the_dataloader_leads_on_a_gpu_
     assert "self_gpu_ms" not in nb.top_operations(averages).columns
 
 
-def cpu_event(name, start, end, parent=None, event_id=0):
-    return types.SimpleNamespace(name=name, device_type=DeviceType.CPU, cpu_parent=parent, id=event_id,
-                                 linked_correlation_id=0, time_range=types.SimpleNamespace(start=start, end=end))
+def cpu_event(name, start, end, parent=None, event_id=0, linked=0, old_api=False):
+    event = types.SimpleNamespace(name=name, device_type=DeviceType.CPU, cpu_parent=parent, id=event_id,
+                                  time_range=types.SimpleNamespace(start=start, end=end))
+    if not old_api:
+        event.linked_correlation_id = linked
+    return event
 
 
-def gpu_event(name, start, end, launched_by):
-    return types.SimpleNamespace(name=name, device_type=DeviceType.CUDA, cpu_parent=None, id=0,
-                                 linked_correlation_id=launched_by,
-                                 time_range=types.SimpleNamespace(start=start, end=end))
+def gpu_event(name, start, end, correlation, launched_by, old_api=False):
+    event = types.SimpleNamespace(name=name, device_type=DeviceType.CUDA, cpu_parent=None, id=correlation,
+                                  time_range=types.SimpleNamespace(start=start, end=end))
+    if not old_api:
+        event.linked_correlation_id = launched_by
+    return event
 
 
-def two_steps_on_a_gpu():
-    """Stand-in profiler events of two steps on a CUDA GPU, shaped like profile().events()."""
+def two_steps_on_a_gpu(old_api=False):
+    """Stand-in profiler events of two steps on a CUDA GPU, shaped like profile().events(): each piece
+    of GPU work shares its id with the runtime call that launched it, and (from PyTorch 2.9 on, not in
+    2.6 to 2.8: `old_api`) names its CPU operation in linked_correlation_id. Times in microseconds."""
     events = []
     for step, t in enumerate((1000.0, 11000.0)):
-        data = cpu_event("data", t, t + 6000)
-        forward = cpu_event("forward", t + 6000, t + 7000)
-        backward = cpu_event("backward", t + 7000, t + 9000)
-        optimizer = cpu_event("optimizer", t + 9000, t + 9500)
-        conv = cpu_event("aten::cudnn_convolution", t + 6100, t + 6200, forward, event_id=10 + step)
-        engine = cpu_event("autograd::engine::evaluate_function: ConvolutionBackward0", t + 7100, t + 7900)
-        conv_back = cpu_event("aten::convolution_backward", t + 7100, t + 7800, engine, event_id=20 + step)
-        copy = cpu_event("aten::copy_", t + 5900, t + 5950, data, event_id=30 + step)
-        adam = cpu_event("aten::_fused_adam_", t + 9100, t + 9200, optimizer, event_id=40 + step)
-        events += [data, forward, backward, optimizer, conv, engine, conv_back, copy, adam,
-                   gpu_event("Memcpy HtoD (Pinned -> Device)", t + 5950, t + 6050, 30 + step),
-                   gpu_event("forward", t + 6000, t + 7000, 0),  # the GPU's copy of the label
-                   gpu_event("sm75_xmma_fprop", t + 6200, t + 6700, 10 + step),
-                   gpu_event("sm75_xmma_dgrad", t + 7800, t + 8800, 20 + step),
-                   gpu_event("multi_tensor_apply_kernel", t + 9200, t + 9300, 40 + step)]
+        def cpu(name, start, end, parent=None, event_id=0, linked=0):
+            return cpu_event(name, t + start, t + end, parent, event_id, linked, old_api)
+
+        data, forward = cpu("data", 0, 6000), cpu("forward", 6000, 7000)
+        backward, optimizer = cpu("backward", 7000, 9000), cpu("optimizer", 9000, 9500)
+        copy = cpu("aten::copy_", 5900, 5960, data, event_id=30 + step)
+        conv = cpu("aten::cudnn_convolution", 6100, 6200, forward, event_id=10 + step)
+        engine = cpu("autograd::engine::evaluate_function: ConvolutionBackward0", 7100, 7900)
+        conv_back = cpu("aten::convolution_backward", 7100, 7800, engine, event_id=20 + step)
+        adam = cpu("aten::_fused_adam_", 9100, 9200, optimizer, event_id=40 + step)
+        # the runtime calls: ids in CUPTI's own numbering (they may equal an operation's id)
+        runtime = [cpu("cudaMemcpyAsync", 5910, 5950, copy, 10 + step, linked=30 + step),
+                   cpu("cudaLaunchKernel", 6110, 6120, conv, 500 + step, linked=10 + step),
+                   cpu("cudaLaunchKernel", 7110, 7120, conv_back, 600 + step, linked=20 + step),
+                   cpu("cudaLaunchKernel", 9110, 9120, adam, 700 + step, linked=40 + step)]
+        gpu = [gpu_event("Memcpy HtoD (Pinned -> Device)", t + 5950, t + 6050, 10 + step, 30 + step, old_api),
+               gpu_event("forward", t + 6000, t + 7000, 900 + step, 0, old_api),  # the GPU's copy of the label
+               gpu_event("sm75_xmma_fprop", t + 6200, t + 6700, 500 + step, 10 + step, old_api),
+               gpu_event("sm75_xmma_dgrad", t + 7800, t + 8800, 600 + step, 20 + step, old_api),
+               gpu_event("multi_tensor_apply_kernel", t + 9200, t + 9300, 700 + step, 40 + step, old_api)]
+        events += [data, forward, backward, optimizer, copy, conv, engine, conv_back, adam] + runtime + gpu
     return events
 
 
-def test_the_timeline_shows_one_step_on_the_cpu_and_the_gpu_work_of_each_part():
-    bars = nb.step_timeline(two_steps_on_a_gpu())
+@pytest.mark.parametrize("old_api", [False, True])
+def test_the_timeline_shows_one_step_on_the_cpu_and_the_gpu_work_of_each_part(old_api):
+    bars = nb.step_timeline(two_steps_on_a_gpu(old_api))
     cpu = [(part, round(start, 6), round(length, 6)) for row, part, start, length in bars if row == "CPU"]
     gpu = [(part, round(start, 6), round(length, 6)) for row, part, start, length in bars if row == "GPU"]
     assert cpu == [("data", 0.0, 6.0), ("forward", 6.0, 1.0), ("backward", 7.0, 2.0), ("optimizer", 9.0, 0.5)]
     # the copy, the convolution, its backward (launched from autograd's thread) and Adam's kernel;
     # not the GPU's copy of the 'forward' label, and nothing of the second step
     assert gpu == [("data", 5.95, 0.1), ("forward", 6.2, 0.5), ("backward", 7.8, 1.0), ("optimizer", 9.2, 0.1)]
-    second = nb.step_timeline(two_steps_on_a_gpu(), step=1)
+    second = nb.step_timeline(two_steps_on_a_gpu(old_api), step=1)
     assert [bar[1] for bar in second if bar[0] == "GPU"] == ["data", "forward", "backward", "optimizer"]
     assert min(bar[2] for bar in second) == 0.0  # measured from the second step's own start
 
