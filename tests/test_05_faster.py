@@ -441,8 +441,9 @@ def test_on_a_mac_the_float16_variant_has_a_scaler_only_from_torch_2_8():
 
 
 @pytest.mark.parametrize("workers, cores, split", [(0, 8, None), (1, 1, None), (2, 2, (1, 1)), (4, 8, (4, 4)),
-                                                   (3, 3, (1, 2))])
+                                                   (3, 3, (1, 2)), (4, 64, (4, 60))])
 def test_more_data_variants_split_the_cores_only_when_there_are_two_or_more(workers, cores, split):
+    # never more workers than Step 3's: their prefetched batches are untimed warm-up in every round
     variants = nb.more_data_variants(workers, cores)
     assert variants[0]["name"].startswith("baseline")
     if split is None:
@@ -471,6 +472,32 @@ def test_round_plan_uses_every_step_of_a_run():
         timed, left = nb.round_plan(steps, rounds, warmup)
         assert timed >= 1 and 0 <= left < rounds
         assert 1 + rounds * (warmup + timed) + left == steps
+
+
+def notebook_assignments(names, **namespace):
+    """Run the notebook's top-level assignments to `names` (for example SETTINGS), given `namespace`."""
+    for source in code_cells(NOTEBOOK):
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) in names for t in node.targets):
+                exec(compile(ast.Module(body=[node], type_ignores=[]), "<notebook 05>", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("machine", MACHINES)
+def test_every_setting_has_steps_enough_for_its_rounds_on_every_machine(fast, machine):
+    m = MACHINES[machine]
+    found = notebook_assignments({"BIG_BATCH", "SETTINGS", "ROUNDS"}, FAST=fast, device=torch.device(m["device"]))
+    for setting, lists in notebook_variants(machine).items():
+        for variants in lists:
+            warmup = nb.round_warmup([variant for variant in variants if not variant.get("needs")])
+            timed, _ = nb.round_plan(found["SETTINGS"][setting]["steps"], found["ROUNDS"], warmup)
+            assert timed >= 3, (setting, timed)  # a median of at least three steps per round
+
+
+def test_each_round_starts_with_the_batches_workers_prepared_ahead_untimed():
+    assert nb.round_warmup([{"name": "baseline"}]) == nb.ROUND_WARMUP
+    assert nb.round_warmup([{"name": "baseline"}, {"name": "w", "workers": 3}]) == nb.ROUND_WARMUP + 6
 
 
 def test_round_plan_needs_one_timed_step_per_round():
