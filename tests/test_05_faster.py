@@ -610,6 +610,12 @@ def test_results_verdict_counts_the_held_variants_when_all_kept():
                                                           "the tolerance.")
 
 
+def test_no_variant_measured_means_nothing_checked_not_a_crash():
+    checks = nb.check_results([measured_row("baseline: float32", 0.5, 90.0, baseline=True)])
+    assert checks.empty and "kept" in checks.columns
+    assert nb.results_verdict(checks).startswith("All 0 checked variants")
+
+
 def test_the_notebook_prints_its_verdicts_instead_of_stopping_run_all():
     for source in code_cells(NOTEBOOK):
         assert not [node for node in ast.parse(source).body if isinstance(node, ast.Assert)], source[:80]
