@@ -841,6 +841,21 @@ def test_the_timeline_shows_one_step_on_the_cpu_and_the_gpu_work_of_each_part(ol
     assert min(bar[2] for bar in second) == 0.0  # measured from the second step's own start
 
 
+def test_the_timeline_figure_has_a_gpu_row_only_when_the_gpu_worked():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    on_gpu = nb.draw_timeline(nb.step_timeline(two_steps_on_a_gpu()), "one step")
+    axis = on_gpu.axes[0]
+    assert [label.get_text() for label in axis.get_yticklabels()] == ["CPU (training process)",
+                                                                     "GPU (its work, by part)"]
+    assert [text.get_text() for text in axis.get_legend().get_texts()] == list(nb.PARTS)
+    assert axis.get_xlabel() == "time since the step began (ms)" and axis.get_title() == "one step"
+    cpu_only = nb.draw_timeline([bar for bar in nb.step_timeline(two_steps_on_a_gpu()) if bar[0] == "CPU"], "")
+    assert [label.get_text() for label in cpu_only.axes[0].get_yticklabels()] == ["CPU (training process)"]
+    plt.close("all")
+
+
 def test_the_gpu_share_of_a_data_bound_step_says_the_gpu_waits():
     share = nb.busy_share(nb.step_timeline(two_steps_on_a_gpu()))
     assert share == pytest.approx(1.7 / 9.5)  # GPU work 0.1 + 0.5 + 1.0 + 0.1 ms of a 9.5 ms step
