@@ -210,6 +210,8 @@ def test_find_c_compiler_looks_where_triton_looks():
     assert nb.find_c_compiler({"CC": "missing-cc"}, fake_which({"gcc"})) is None
 
 
+@pytest.mark.gpu_branch("05", "choose_compile_backend: device_type == 'cuda'")
+@pytest.mark.gpu_branch("05", "choose_compile_backend: device_type == 'cuda' and has_triton and c_compiler")
 @pytest.mark.parametrize("has_triton", [False, True])
 @pytest.mark.parametrize("c_compiler", [None, "/usr/bin/gcc"])
 @pytest.mark.parametrize("cpp_compiler", [None, "/usr/bin/g++"])
@@ -228,6 +230,8 @@ def test_cuda_with_triton_but_without_a_compiler_falls_back():
     assert backend == "aot_eager" and "C compiler" in why and "Triton" not in why.split("missing")[0]
 
 
+@pytest.mark.gpu_branch("05", "choose_compile_backend: device_type == 'cpu'")
+@pytest.mark.gpu_branch("05", "choose_compile_backend: device_type == 'cpu' and cpp_compiler")
 @pytest.mark.parametrize("has_triton", [False, True])
 @pytest.mark.parametrize("c_compiler", [None, "/usr/bin/gcc"])
 def test_a_cpu_gets_inductor_exactly_with_a_cpp_compiler(has_triton, c_compiler):
@@ -242,6 +246,7 @@ def test_other_accelerators_use_the_backend_that_runs_everywhere(device_type):
     assert nb.choose_compile_backend(device_type, "/usr/bin/clang++", "/usr/bin/clang", True)[0] == "aot_eager"
 
 
+@pytest.mark.gpu_branch("05", "cuda_graphs_need: device_type == 'cuda' and backend == 'inductor'")
 def test_cuda_graphs_need_a_cuda_gpu_with_inductor():
     assert nb.cuda_graphs_need("cuda", "inductor") is None
     assert nb.cuda_graphs_need("cuda", "aot_eager")
@@ -283,6 +288,10 @@ def test_the_notebooks_fused_devices_are_among_pytorchs_own():
 
 # --- mixed precision: which 16-bit type on which device, and the GradScaler on a Mac ------------------
 
+@pytest.mark.gpu_branch("05", "autocast_plan: device_type == 'cuda'")
+@pytest.mark.gpu_branch("05", "autocast_plan: device_type == 'cuda' and capability is not None and (tuple(capability) >= (8, 0))")
+@pytest.mark.gpu_branch("05", "autocast_plan: device_type == 'mps'")
+@pytest.mark.gpu_branch("05", "autocast_plan: device_type == 'mps' and release(torch_version) >= GRAD_SCALER_ON_MPS")
 @pytest.mark.parametrize("device_type, capability, version, dtype, scaler", [
     ("cuda", (7, 5), "2.6.0", torch.float16, True),    # T4: no fast bfloat16
     ("cuda", (7, 0), "2.14.1", torch.float16, True),   # V100
@@ -712,6 +721,7 @@ def test_torch_compile_with_aot_eager_trains_like_eager(on_cpu):
     assert torch.allclose(torch.stack(eager.losses), torch.stack(compiled.losses), atol=1e-5)
 
 
+@pytest.mark.gpu_branch("05", 'train_step: run.cuda_graphs')
 def test_cuda_graphs_mark_every_step(on_cpu, monkeypatch):
     # Only a CUDA GPU can record and replay a graph; the CPU checks that each step tells PyTorch so.
     run = tiny_run({"compile": "inductor", "mode": "reduce-overhead"})
