@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from notebook_code import (INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE, code_cells, core_markdown,
-                           core_words, load_helpers, notebook_path, read, run_cell, workshop_minutes)
+                           load_helpers, notebook_path, read, run_cell)
 
 nb = load_helpers("01")
 
@@ -897,12 +897,6 @@ def test_speed_chart_has_a_bar_per_device_labelled_on_a_log_scale(speed):
 
 NOTEBOOK = read(notebook_path("01"))
 GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(\.\./README\.md#glossary\)")
-
-
-def test_core_fits_a_workshop_slot_and_the_title_table_says_how_long():
-    assert core_words(NOTEBOOK) <= 2000
-    minutes = workshop_minutes(NOTEBOOK)
-    assert minutes and all(0 < estimate <= 60 for estimate in minutes)
 
 
 def going_deeper_markdown(notebook):

@@ -17,8 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from notebook_code import (core_markdown, core_words, load_helpers, notebook_path, read, run_cell,
-                           workshop_minutes)
+from notebook_code import core_markdown, load_helpers, notebook_path, read, run_cell
 
 
 @pytest.fixture(scope="module")
@@ -791,13 +790,6 @@ def core_prose():
     """The core's markdown without its headings, on one line."""
     core = core_markdown(read(notebook_path("02")))
     return " ".join(" ".join(line for line in core.splitlines() if not line.startswith("#")).split())
-
-
-def test_core_fits_a_workshop_slot_and_the_title_table_says_how_long():
-    notebook = read(notebook_path("02"))
-    assert core_words(notebook) <= 2000
-    minutes = workshop_minutes(notebook)
-    assert minutes and all(0 < estimate <= 60 for estimate in minutes)
 
 
 @pytest.mark.parametrize("term", [r"\btensors?\b", r"\bdevices?\b", r"\bbatch(es)?\b", r"\bepochs?\b",

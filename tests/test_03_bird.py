@@ -29,7 +29,7 @@ import torchvision
 from ddgs.exceptions import DDGSException
 from PIL import Image
 
-from notebook_code import code_cells, core_markdown, core_words, load_helpers, notebook_path, read, workshop_minutes
+from notebook_code import code_cells, core_markdown, load_helpers, notebook_path, read
 
 
 @pytest.fixture(scope="module")
@@ -598,11 +598,8 @@ def test_opening_findings_run_time_table_core_summary_then_going_deeper():
         assert phrase not in prose, phrase
 
 
-def test_the_core_fits_a_workshop_slot():
-    notebook = read(notebook_path("03"))
-    assert core_words(notebook) <= 2000
-    minutes = workshop_minutes(notebook)
-    assert minutes and max(minutes) <= 60, minutes
+def test_the_workshop_row_names_the_colab_t4():
+    notebook = read(notebook_path("03"))  # the budget itself: test_learner_first.py, for every notebook
     workshop_row = next(line for line in notebook.cells[0].source.splitlines() if "Workshop" in line)
     assert workshop_row.split("|")[1].strip().startswith("Workshop") and "T4" in workshop_row
 

@@ -34,7 +34,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from notebook_code import core_words, helper_file, load_helpers, notebook_path, read, workshop_minutes
+from notebook_code import helper_file, load_helpers, notebook_path, read
 
 nb = load_helpers("07")
 BUG_LINE = nb.line_number_of(nb.LABEL_SCRIPT_SOURCE, nb.BUG_MARKER)
@@ -677,7 +677,4 @@ def test_nondeterminism_verdict_for_each_case():
 
 # --- The budget of issue 17 ---------------------------------------------------------------------------
 
-def test_the_core_fits_a_workshop_slot():
-    notebook = read(notebook_path("07"))
-    assert core_words(notebook) <= 2000
-    assert workshop_minutes(notebook) and max(workshop_minutes(notebook)) <= 60
+# test_learner_first.py checks every notebook's core budget; nothing here repeats it.

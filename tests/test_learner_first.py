@@ -1,11 +1,13 @@
-"""Issue 12's habits that a script can check: code that fits the screen, prose that is true on every
-machine, the plumbing folded so that the lesson stays short, and a core that ends before "Going deeper"."""
+"""Issue 12's and 17's habits that a script can check: code that fits the screen, prose that is true on
+every machine, the plumbing folded so that the lesson stays short, a core that ends before "Going deeper"
+and fits a workshop slot (words, visible code, the title table's estimate), and words the learner meets
+explained: "kernel" says which at its first use, and the glossary links point at README's glossary."""
 import re
 
 import nbformat
 import pytest
 
-from notebook_code import NOTEBOOKS, read
+from notebook_code import NOTEBOOKS, REPO, core_markdown, core_words, read, workshop_minutes
 from shared_checks import MAX_LINE, code_lines_too_long, machine_bound_phrases
 
 NOTEBOOK_IDS = [path.name for path in NOTEBOOKS]
@@ -82,3 +84,50 @@ def test_a_run_time_row_needs_a_time_or_not_measured_yet():
     assert all(RUN_TIME.search(cell) for cell in run_time_rows(notebook, "core")[0][1:])
     assert not RUN_TIME.search(run_time_rows(notebook, "whole")[0][2]), "'fast' is not a run time"
     assert RUN_TIME.search("2.5 minutes") and not RUN_TIME.search("5 sizes")
+
+
+# A workshop slot is 45-60 minutes of reading and running (issue 17): the core's markdown at most this many
+# words (fast.ai's whole "Is it a bird?" has about 725), and the title table's estimate within the slot.
+CORE_WORDS = 2000
+SLOT_MINUTES = 60
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
+def test_the_core_fits_a_workshop_slot(path):
+    notebook = read(path)
+    assert core_words(notebook) <= CORE_WORDS, f"{core_words(notebook)} words before the Summary"
+    minutes = workshop_minutes(notebook)
+    assert minutes, "a title-table row whose first cell says 'Workshop' gives the minutes it takes"
+    assert all(0 < estimate <= SLOT_MINUTES for estimate in minutes), minutes
+
+
+GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(\.\./README\.md#glossary\)")
+
+
+def glossary_terms():
+    """The bold terms of README's glossary, lower case ("launch (of a GPU kernel)" -> "launch")."""
+    readme = (REPO / "README.md").read_text()
+    glossary = readme[readme.index("## Glossary"):]
+    glossary = glossary[:glossary.index("\n## ", 5)]
+    return {re.sub(r"\s*\(.*\)", "", term).lower()
+            for bold in re.findall(r"\*\*(.+?)\*\*", glossary) for term in bold.split(", ")}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
+def test_the_core_links_its_terms_to_words_readmes_glossary_explains(path):
+    links = [link.group(1).strip("`*").lower() for link in GLOSSARY_LINK.finditer(core_markdown(read(path)))]
+    assert len(links) >= 3, "the core links the first use of its terms to README's glossary"
+    terms = glossary_terms()
+    for word in links:
+        assert any(term in word or word in term for term in terms), f"{word!r} is not in README's glossary"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
+def test_kernel_says_which_kernel_at_its_first_use_and_a_restart_names_jupyters(path):
+    prose = " ".join(" ".join(cell.source for cell in read(path).cells
+                              if cell.cell_type == "markdown").replace("[", "").split())
+    first = re.search(r"\bkernels?\b", prose, re.IGNORECASE)
+    if first:
+        assert prose[:first.start()].endswith(("Jupyter ", "GPU ")), prose[first.start() - 60:first.end()]
+    restarts = re.findall(r"restart(?:ing)? (?:the|your) (\w+ )?kernel", prose, re.IGNORECASE)
+    assert all(word.strip().lower() == "jupyter" for word in restarts), restarts
