@@ -21,8 +21,6 @@ import time
 import urllib.error
 import warnings
 
-import nbclient
-import nbformat
 import pytest
 import torch
 import torchvision
@@ -784,52 +782,8 @@ def test_standin_path_checks_its_folder_and_redraws_a_broken_drawing(nb, tmp_pat
     assert "STAND-IN DATA" in capsys.readouterr().out
 
 
-EXPORT_BROKEN_WHY = "fastai 2.8.8 cannot export a trained model beside plum-dispatch 2.10.1"
-NO_DDGS_CELL = f"""\
-# Added by the test: a machine without ddgs, like Kaggle's image with Internet off, or Colab,
-# whose fastai cannot export (what the setup cell reports for fastai 2.8.8 beside plum-dispatch 2.10.1)
-import sys
-sys.modules["ddgs"] = None  # from here on `import ddgs` fails, as it does when the package is missing
-UNAVAILABLE.add("ddgs")
-UNAVAILABLE_WHY["ddgs"] = "not installed"
-UNAVAILABLE.add("fastai export")
-UNAVAILABLE_WHY["fastai export"] = {EXPORT_BROKEN_WHY!r}
-print("ddgs and fastai's export made unavailable by the test")"""
-
-
-def test_notebook_alone_without_ddgs_and_export_reuses_a_prepared_folder_with_broken_files(tmp_path,
-                                                                                          monkeypatch):
-    """End to end, in fast mode: a copy of the notebook alone in an empty folder, with data/bird_or_not
-    prepared beside it (60 good JPEGs per class and three broken files), ddgs unavailable, no internet,
-    and a fastai that cannot export: it trains, skips only the export with its reason, and runs to the end.
-    (nbval's run of the notebook covers the working export.)"""
-    notebook = read(notebook_path("03"))
-    install_cell = next(i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code")
-    notebook.cells.insert(install_cell + 1, nbformat.v4.new_code_cell(NO_DDGS_CELL))
-    run = tmp_path / "run"
-    make_photo_folder(run / "data" / "bird_or_not", 60)
-    planted = plant_broken_pictures(run / "data" / "bird_or_not" / "bird")
-    monkeypatch.setenv("TUTORIAL_FAST", "1")
-    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))  # no weights there: the random-weights path
-
-    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(run)}}).execute()
-
-    text = "\n".join(output.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
-                     for output in cell.outputs)
-    assert "ddgs and fastai's export made unavailable by the test" in text and "Plan: reuse" in text
-    assert files_in(run / "data" / "bird_or_not_broken" / "bird") == planted
-    assert not (run / "data" / "bird_or_not_standin").exists()  # it trained on the prepared pictures
-    assert "Trained on cpu" in text and "final error_rate" in text
-    assert f"Export skipped: {EXPORT_BROKEN_WHY}." in text  # the reason, printed
-    assert not (run / "data" / "bird_or_not_classifier.pkl").exists()  # neither saved nor loaded
-    assert "loaded back" not in text
-    assert all(cell.execution_count is not None for cell in notebook.cells if cell.cell_type == "code")
-    tables = [output["data"]["text/html"] for cell in notebook.cells if cell.cell_type == "code"
-              for output in cell.outputs if "dataframe" in output.get("data", {}).get("text/html", "")]
-    assert tables, "the notebook shows its results as tables"
-    for table in tables:
-        assert not re.search(r">-?\d+\.\d{4,}<", table), f"a table with unrounded numbers: {table[:300]}"
+# The end-to-end run with a prepared folder, broken files, no ddgs and a fastai that cannot export is
+# tests/test_broken_packages.py's: there the setup cell itself finds the export-only breakage.
 
 
 def test_export_is_skipped_only_when_the_setup_cell_says_fastai_cannot_export(nb):

@@ -51,14 +51,15 @@ def _top_level_entries(site_packages, distribution):
     return entries
 
 
-def environment_without(distribution, folder):
-    """A virtual environment in `folder` with every package of this one except `distribution`; its python."""
+def environment_without(distribution, folder, *others):
+    """A virtual environment in `folder` with every package of this one except `distribution` (and
+    `others`); its python."""
     venv.EnvBuilder(with_pip=False, symlinks=True).create(folder)
     python = folder / "bin" / "python"
     here = Path(sysconfig.get_paths()["purelib"])
     there = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                 capture_output=True, text=True, check=True).stdout.strip())
-    hidden = _top_level_entries(here, distribution)
+    hidden = set().union(*(_top_level_entries(here, name) for name in (distribution, *others)))
     for entry in here.iterdir():
         if entry.name not in hidden and not (there / entry.name).exists():
             (there / entry.name).symlink_to(entry)
