@@ -12,12 +12,20 @@ float16 step with a GradScaler (torch.amp.GradScaler("cpu") and torch.autocast("
 bfloat16 autocast, channels_last, the fused optimizer, torch.compile with aot_eager, DataLoader workers
 started with `spawn`; and they check, as the notebook's Step 6 only prints, that each keeps the results.
 Each test says what only a GPU can show. The variant names come from the notebook's own functions.
+
+Last, they run whole the notebook's top-level cells that a GPU, a Mac and a CPU take different ways
+through (notebook_code.run_cell), with stand-ins where only the device can answer, shaped like PyTorch's
+own answers: torch.cuda.get_device_capability's (major, minor), and a profile of a GPU run made of the
+profiler's own FunctionEvent and EventList classes.
 """
 import ast
+import logging
 import math
+import os
 import re
 import sys
 import types
+import warnings
 
 import pandas as pd
 import pytest
@@ -1017,13 +1025,12 @@ def stand_in_capability(monkeypatch, capability=(7, 5)):
 @pytest.mark.gpu_branch("05", "cell cell-05: not ON_GPU")
 @pytest.mark.gpu_branch("05", "cell cell-05: ON_GPU (2)")
 @pytest.mark.parametrize("device_type", ["cuda", "mps", "cpu"])
-def test_the_settings_cell_profiles_the_gpu_and_reads_its_capability_on_cuda_only(monkeypatch, device_type):
-    import logging
-    import os
+def test_the_settings_cell_profiles_the_gpu_and_reads_its_capability_on_cuda_only(monkeypatch, request,
+                                                                                 device_type):
     monkeypatch.delenv("KINETO_LOG_LEVEL", raising=False)
     asked = stand_in_capability(monkeypatch, (7, 5))  # a T4's answer, whatever the device asked
     logger = logging.getLogger("torch.utils.cpp_extension")
-    monkeypatch.setattr(logger, "level", logger.level)  # the cell quietens it; the test process not
+    request.addfinalizer(lambda level=logger.level: logger.setLevel(level))  # the cell quietens it
     device = torch.device(device_type)
     namespace = {"os": os, "torch": torch, "device": device}  # what the shared setup cell defined
     printed = run_cell("05", "cell-05", namespace)
@@ -1063,7 +1070,8 @@ def cell_markdown_before(cell_id):
 @pytest.mark.gpu_branch("05", "cell cell-27b: ON_GPU")
 def test_after_the_profile_a_gpu_learner_reads_how_busy_the_gpu_was_and_its_busiest_operations():
     events = profiled_on_a_gpu(two_steps_on_a_gpu())
-    prof = types.SimpleNamespace(events=lambda: events, key_averages=events.key_averages)  # torch.profiler.profile's
+    # torch.profiler.profile's: events() is the profiler's EventList, key_averages() its key_averages()
+    prof = types.SimpleNamespace(events=lambda: events, key_averages=events.key_averages)
     shown = []
     namespace = {**vars(nb), "device": torch.device("cuda"), "ON_GPU": True, "prof": prof,
                  "PROFILE_SETTING": "heavy data", "display": shown.append}
@@ -1167,7 +1175,8 @@ def test_step_5_explains_a_bfloat16_result_per_cpu_kind_and_a_16_bit_result_on_a
                  "CPU_BF16": nb.bf16_hardware(flags)}
     printed = run_cell("05", "cell-61", namespace).splitlines()
     rounds = [results[1][key] for key in ("speedup_x", "slowest_x", "fastest_x")]
-    verdicts = [f"{variant}: {nb.change_in_words(*rounds)}.", f"channels_last: {nb.change_in_words(2.0, 1.6, 2.4)}."]
+    verdicts = [f"{variant}: {nb.change_in_words(*rounds)}.",
+                f"channels_last: {nb.change_in_words(2.0, 1.6, 2.4)}."]
     assert printed[:2] == verdicts  # report()'s verdicts; the tiny-batches row is not this setting's
     explained = printed[2:]
     assert len(explained) == (explanation is not None) and all(line.startswith("  ") for line in explained)
@@ -1182,7 +1191,10 @@ def fastai_cells():
     shapes_learner (the notebook's needs the settings' made-up pictures)."""
     pytest.importorskip("fastai")
     namespace = {**vars(nb), "UNAVAILABLE": set(), "progress_bar": lambda items: items}
-    run_cell("05", "cell-77", namespace)
+    with warnings.catch_warnings():
+        # fastai's tabular module sets a pandas option that pandas 3 deprecates: nothing to act on here
+        warnings.filterwarnings("ignore", message="The 'mode.chained_assignment' option is deprecated")
+        run_cell("05", "cell-77", namespace)
     run_cell("05", "cell-78", namespace)
     assert namespace["FASTAI"] and "DeviceAutocast" in namespace
 
