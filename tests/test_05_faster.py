@@ -12,12 +12,20 @@ float16 step with a GradScaler (torch.amp.GradScaler("cpu") and torch.autocast("
 bfloat16 autocast, channels_last, the fused optimizer, torch.compile with aot_eager, DataLoader workers
 started with `spawn`; and they check, as the notebook's Step 6 only prints, that each keeps the results.
 Each test says what only a GPU can show. The variant names come from the notebook's own functions.
+
+Last, they run whole the notebook's top-level cells that a GPU, a Mac and a CPU take different ways
+through (notebook_code.run_cell), with stand-ins where only the device can answer, shaped like PyTorch's
+own answers: torch.cuda.get_device_capability's (major, minor), and a profile of a GPU run made of the
+profiler's own FunctionEvent and EventList classes.
 """
 import ast
+import logging
 import math
+import os
 import re
 import sys
 import types
+import warnings
 
 import pandas as pd
 import pytest
@@ -27,7 +35,7 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.data import DataLoader
 
-from notebook_code import code_cells, core_markdown, core_words, load_helpers, notebook_path, read
+from notebook_code import code_cells, core_markdown, core_words, load_helpers, notebook_path, read, run_cell
 
 nb = load_helpers("05")
 NOTEBOOK = read(notebook_path("05"))
@@ -837,6 +845,44 @@ def two_steps_on_a_gpu(old_api=False):
     return events
 
 
+def profiled_on_a_gpu(stand_ins):
+    """The stand-in events as the profiler itself hands them over after a run with
+    ProfilerActivity.CUDA: an EventList of FunctionEvents (torch/autograd/profiler_util.py) built as
+    torch/autograd/profiler.py's _parse_kineto_results builds it: every event with use_device="cuda",
+    each piece of GPU work added as a kernel of the CPU operation its linked_correlation_id names, and
+    the CPU parents found by _build_tree from the times on each thread (autograd's engine runs the
+    backward pass on a thread of its own). So prof.key_averages() and its .table() are PyTorch's own."""
+    from torch.autograd.profiler_util import EventList, FunctionEvent
+
+    def thread(event):
+        while event.cpu_parent is not None:
+            event = event.cpu_parent
+        return 2 if event.name.startswith("autograd::engine") else 1
+
+    made = [FunctionEvent(id=e.id, name=e.name, overload_name="", trace_name=e.name, start_us=e.time_range.start,
+                          end_us=e.time_range.end, thread=thread(e) if e.device_type == DeviceType.CPU else 7,
+                          input_shapes=[], stack=[], concrete_inputs=[], kwinputs={}, use_device="cuda",
+                          device_type=e.device_type, linked_correlation_id=e.linked_correlation_id)
+            for e in stand_ins]
+    operations = {e.id: e for e in made if e.device_type == DeviceType.CPU and e.linked_correlation_id == 0}
+    for event in made:
+        if event.device_type == DeviceType.CUDA and event.linked_correlation_id in operations:
+            duration = event.time_range.end - event.time_range.start
+            operations[event.linked_correlation_id].append_kernel(event.name, event.device_index, duration)
+    events = EventList(made, use_device="cuda")
+    events._build_tree()  # what torch.autograd.profiler.profile does before handing them over
+    return events
+
+
+def test_the_stand_in_gpu_events_are_what_pytorchs_own_classes_make_of_them():
+    stand_ins, events = two_steps_on_a_gpu(), profiled_on_a_gpu(two_steps_on_a_gpu())
+    parents = [(e.name, e.cpu_parent and e.cpu_parent.name) for e in stand_ins]
+    assert [(e.name, e.cpu_parent and e.cpu_parent.name) for e in events] == parents
+    assert nb.step_timeline(events) == nb.step_timeline(stand_ins)
+    convolution = next(a for a in events.key_averages() if a.key == "aten::cudnn_convolution")
+    assert convolution.self_device_time_total == 2 * 500.0  # its kernel, in both steps (microseconds)
+
+
 @pytest.mark.parametrize("old_api", [False, True])
 def test_the_timeline_shows_one_step_on_the_cpu_and_the_gpu_work_of_each_part(old_api):
     bars = nb.step_timeline(two_steps_on_a_gpu(old_api))
@@ -956,3 +1002,251 @@ def test_the_core_fits_a_workshop_with_one_summary_and_the_compiler_internals_be
                                   "epoch", "pinned memory", "autocast", "tensor"])
 def test_the_core_links_its_terms_to_the_glossary(term):
     assert f"[{term}](../README.md#glossary)" in core_markdown(NOTEBOOK)
+
+
+# --- the notebook's top-level cells, run whole on a GPU, a Mac and a CPU (issue 21) -------------------
+# notebook_code.run_cell runs a cell from a file of its own (so coverage counts it) in a namespace of the
+# notebook's helpers and stand-ins for `device` and torch.cuda, shaped like the real API's answers.
+
+def stand_in_capability(monkeypatch, capability=(7, 5)):
+    """torch.cuda.get_device_capability(device) -> (major, minor), as torch/cuda/__init__.py returns it
+    (prop.major, prop.minor); a T4 by default. Returns the list of the devices it was asked about."""
+    asked = []
+
+    def get_device_capability(device=None):
+        asked.append(device)
+        return capability
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", get_device_capability)
+    return asked
+
+
+@pytest.mark.gpu_branch("05", "cell cell-05: ON_GPU")
+@pytest.mark.gpu_branch("05", "cell cell-05: not ON_GPU")
+@pytest.mark.gpu_branch("05", "cell cell-05: ON_GPU (2)")
+@pytest.mark.parametrize("device_type", ["cuda", "mps", "cpu"])
+def test_the_settings_cell_profiles_the_gpu_and_reads_its_capability_on_cuda_only(monkeypatch, request,
+                                                                                 device_type):
+    monkeypatch.delenv("KINETO_LOG_LEVEL", raising=False)
+    asked = stand_in_capability(monkeypatch, (7, 5))  # a T4's answer, whatever the device asked
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    request.addfinalizer(lambda level=logger.level: logger.setLevel(level))  # the cell quietens it
+    device = torch.device(device_type)
+    namespace = {"os": os, "torch": torch, "device": device}  # what the shared setup cell defined
+    printed = run_cell("05", "cell-05", namespace)
+    on_gpu = device_type == "cuda"  # an AMD GPU under ROCm is "cuda" too; a Mac is not profiled on its GPU
+    assert namespace["ON_GPU"] is on_gpu
+    assert namespace["PROFILER_ACTIVITIES"] == [ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * on_gpu
+    assert namespace["CAPABILITY"] == ((7, 5) if on_gpu else None)
+    assert asked == ([device] if on_gpu else [])
+    # the profiler's C++ messages stay on a GPU (they say when tracing is denied), and go without one
+    assert os.environ.get("KINETO_LOG_LEVEL") == (None if on_gpu else "6")
+    assert printed.strip().endswith("GPU capability: (7, 5)" if on_gpu else "GPU capability: no CUDA GPU")
+
+
+@pytest.mark.gpu_branch("05", "cell cell-13: device.type == 'cpu'")
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("device_type", ["cuda", "mps", "cpu"])
+def test_the_big_model_gets_8_times_larger_batches_on_a_gpu_as_the_prose_says(device_type, fast):
+    found = {}
+    for kind in ("cpu", device_type):
+        namespace = {**vars(nb), "device": torch.device(kind), "FAST": fast}
+        run_cell("05", "cell-13", namespace)
+        found[kind] = namespace["SETTINGS"]
+    big, on_cpu = found[device_type]["big model"], found["cpu"]["big model"]
+    assert on_cpu["batch_size"] == 32 and big["batch_size"] == (32 if device_type == "cpu" else 8 * 32)
+    assert big["count"] >= 4 * big["batch_size"]  # an epoch of at least 4 batches on every device
+    assert "on a GPU, 8 times larger batches" in " ".join(cell_markdown_before("cell-13").split())
+    for name in ("heavy data", "tiny batches"):  # the other settings are the same everywhere
+        assert found[device_type][name] == found["cpu"][name]
+
+
+def cell_markdown_before(cell_id):
+    """The markdown cell just above code cell `cell_id` of notebook 05."""
+    index = next(i for i, cell in enumerate(NOTEBOOK.cells) if cell.get("id") == cell_id)
+    return NOTEBOOK.cells[index - 1].source
+
+
+@pytest.mark.gpu_branch("05", "cell cell-27b: ON_GPU")
+def test_after_the_profile_a_gpu_learner_reads_how_busy_the_gpu_was_and_its_busiest_operations():
+    events = profiled_on_a_gpu(two_steps_on_a_gpu())
+    # torch.profiler.profile's: events() is the profiler's EventList, key_averages() its key_averages()
+    prof = types.SimpleNamespace(events=lambda: events, key_averages=events.key_averages)
+    shown = []
+    namespace = {**vars(nb), "device": torch.device("cuda"), "ON_GPU": True, "prof": prof,
+                 "PROFILE_SETTING": "heavy data", "display": shown.append}
+    printed = run_cell("05", "cell-27b", namespace).splitlines()
+    # GPU work 0.1 + 0.5 + 1.0 + 0.1 ms of a 9.5 ms step (see two_steps_on_a_gpu)
+    assert printed[0].startswith("The GPU worked 18% of the profiled step of 'heavy data' and waited the rest")
+    assert printed[1:] == ["The operations that kept the GPU busiest:"]
+    full_table, busiest = shown
+    assert "Self CUDA" in full_table.data and "sm75_xmma_dgrad" in full_table.data  # PyTorch's own table
+    assert list(busiest.columns) == ["calls", "self_cpu_ms", "cpu_total_ms", "self_gpu_ms"] and len(busiest) == 6
+    assert busiest.self_gpu_ms.is_monotonic_decreasing and busiest.self_gpu_ms.iloc[0] == 2.0  # ms, 2 steps
+    assert {"sm75_xmma_dgrad", "sm75_xmma_fprop"} <= set(busiest.index) and "data" not in busiest.index
+
+
+@pytest.mark.gpu_branch("05", "cell cell-27b: device.type == 'mps'")
+@pytest.mark.parametrize("device_type, sentence", [
+    ("mps", "On mps the profiler records the CPU side only (PyTorch's profiler cannot time the Apple GPU): "
+            "its bars show when the CPU queued the work, not when the GPU did it."),
+    ("cpu", "On cpu there is no separate GPU row: the CPU does all the work itself."),
+])
+def test_after_the_profile_a_mac_or_a_cpu_learner_is_told_why_there_is_no_gpu_row(on_cpu, device_type, sentence):
+    # PyTorch's profiler has no activity for Apple's GPU (ProfilerActivity: CPU, CUDA, XPU, ...), so a
+    # Mac's profile holds CPU events only, like this real one
+    assert not hasattr(ProfilerActivity, "MPS")
+    run = tiny_run({})
+    nb.train_step(run)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        nb.train_step(run)
+    shown = []
+    namespace = {**vars(nb), "device": torch.device(device_type), "ON_GPU": False, "prof": prof,
+                 "PROFILE_SETTING": "heavy data", "display": shown.append}
+    assert run_cell("05", "cell-27b", namespace) == sentence + "\n"
+    [full_table] = shown
+    assert "Self CPU" in full_table.data and "CUDA" not in full_table.data
+
+
+@pytest.mark.gpu_branch("05", "cell cell-32: ON_GPU")
+@pytest.mark.parametrize("on_gpu, fast, size", [(True, True, 2048), (True, False, 4096), (False, True, 512),
+                                                (False, False, 1024)])
+def test_a_gpu_measures_its_throughput_on_a_4_times_wider_matrix_product(on_gpu, fast, size):
+    # The measurements themselves need the device: stand-ins return what a T4 might, and record
+    # what they were asked. A GPU reaches its throughput only with enough work to fill it.
+    asked, stepped = [], []
+
+    def operations_per_step(step):
+        step()
+        return {"forward": 20.0, "backward": 30.0, "optimizer": 10.0}
+
+    settings = ["heavy data", "tiny batches", "big model"]
+    namespace = {**vars(nb), "device": torch.device("cuda" if on_gpu else "cpu"), "ON_GPU": on_gpu,
+                 "FAST": fast, "SETTINGS": dict.fromkeys(settings), "runs": {name: name for name in settings},
+                 "train_step": stepped.append, "launch_overhead_seconds": lambda: 12e-6,
+                 "matmul_flop_per_second": lambda size: asked.append(size) or 8e12,
+                 "operations_per_step": operations_per_step, "flops_per_step": lambda name: 2e9}
+    printed = run_cell("05", "cell-32", namespace)
+    assert asked == [size] and stepped == settings
+    assert printed == (f"{'cuda' if on_gpu else 'cpu'}: launch overhead 12.0 µs per operation inside training; "
+                       "throughput 8000.0 GFLOP/s (one large matrix product)\n")
+    assert list(namespace["operations"].index) == settings
+
+
+def measured_autocast(kind, variant="autocast bfloat16"):
+    """Rows of Step 5's measurement (measure_setting's keys) whose autocast row's rounds were `kind`."""
+    rounds = {"faster": (2.0, 1.6, 2.4), "about the same": (1.0, 0.9, 1.1), "slower": (0.5, 0.4, 0.6)}[kind]
+    row = dict(setting="big model", loss=0.5, accuracy_pct=90.0, spread_pct=5.0, baseline=False)
+    return [{**row, "variant": "baseline: float32", "baseline": True, "speedup_x": 1.0, "slowest_x": 1.0,
+             "fastest_x": 1.0},
+            {**row, "variant": variant, **dict(zip(("speedup_x", "slowest_x", "fastest_x"), rounds))},
+            {**row, "variant": "channels_last", "speedup_x": 2.0, "slowest_x": 1.6, "fastest_x": 2.4},
+            {**row, "setting": "tiny batches", "variant": "autocast bfloat16", "speedup_x": 0.5,
+             "slowest_x": 0.4, "fastest_x": 0.6}]
+
+
+NO_BF16 = {"sse4_2", "avx2", "fma"}
+AMX = {"avx512f", "amx_tile", "amx_bf16", "avx512_bf16"}
+ARM = {"fp", "asimd", "bf16"}
+
+
+@pytest.mark.gpu_branch("05", "cell cell-61: device.type == 'cpu'")
+@pytest.mark.gpu_branch("05", "cell cell-61: device.type == 'cpu' and bf16_kind == 'none'")
+@pytest.mark.gpu_branch("05", "cell cell-61: device.type == 'cpu' and kind == 'faster'")
+@pytest.mark.parametrize("device_type, flags, kind, explanation", [
+    ("cpu", AMX, "faster", "bfloat16 paid off on this CPU (bfloat16 hardware: AMX with bfloat16)."),
+    ("cpu", NO_BF16, "faster", "bfloat16 paid off on this CPU (bfloat16 hardware: none)."),  # it may
+    ("cpu", NO_BF16, "about the same", "As expected without bfloat16 instructions"),
+    ("cpu", NO_BF16, "slower", "As expected without bfloat16 instructions"),
+    ("cpu", AMX, "slower", "No gain (bfloat16 hardware: AMX with bfloat16): at this size"),
+    ("cpu", ARM, "about the same", "No gain (bfloat16 hardware: ARM BF16 instructions): at this size"),
+    ("cpu", set(), "slower", "No gain (bfloat16 hardware: unknown): at this size"),  # Windows: no cpuinfo
+    ("cuda", NO_BF16, "about the same", "No gain on cuda: at this size the GPU may not be busy enough"),
+    ("cuda", NO_BF16, "slower", "No gain on cuda: at this size the GPU may not be busy enough"),
+    ("mps", ARM, "about the same", "No gain on mps: at this size the GPU may not be busy enough"),
+    ("cuda", NO_BF16, "faster", None),  # the verdict above says it all
+    ("mps", ARM, "faster", None),
+])
+def test_step_5_explains_a_bfloat16_result_per_cpu_kind_and_a_16_bit_result_on_a_gpu(device_type, flags, kind,
+                                                                                     explanation):
+    variant = "autocast bfloat16" if device_type == "cpu" else "autocast float16 + GradScaler"
+    results = measured_autocast(kind, variant)
+    namespace = {**vars(nb), "device": torch.device(device_type), "results": results,
+                 "CPU_BF16": nb.bf16_hardware(flags)}
+    printed = run_cell("05", "cell-61", namespace).splitlines()
+    rounds = [results[1][key] for key in ("speedup_x", "slowest_x", "fastest_x")]
+    verdicts = [f"{variant}: {nb.change_in_words(*rounds)}.",
+                f"channels_last: {nb.change_in_words(2.0, 1.6, 2.4)}."]
+    assert printed[:2] == verdicts  # report()'s verdicts; the tiny-batches row is not this setting's
+    explained = printed[2:]
+    assert len(explained) == (explanation is not None) and all(line.startswith("  ") for line in explained)
+    if explanation:
+        assert explained[0].strip().startswith(explanation)
+
+
+@pytest.fixture
+def fastai_cells():
+    """The namespace after the notebook's cells that import fastai (cell-77) and define the
+    DeviceAutocast callback (cell-78), run for real; and a tiny Learner on the CPU in place of
+    shapes_learner (the notebook's needs the settings' made-up pictures)."""
+    pytest.importorskip("fastai")
+    namespace = {**vars(nb), "UNAVAILABLE": set(), "progress_bar": lambda items: items}
+    with warnings.catch_warnings():
+        # fastai's tabular module sets a pandas option that pandas 3 deprecates: nothing to act on here
+        warnings.filterwarnings("ignore", message="The 'mode.chained_assignment' option is deprecated")
+        run_cell("05", "cell-77", namespace)
+    run_cell("05", "cell-78", namespace)
+    assert namespace["FASTAI"] and "DeviceAutocast" in namespace
+
+    def shapes_learner(name="big model", train_count=256):
+        generator = torch.Generator().manual_seed(0)
+        items = [(torch.randn(3, 16, 16, generator=generator), index % 4) for index in range(8)]
+        dls = namespace["DataLoaders"].from_dsets(items, items, bs=4, num_workers=0, device=CPU)
+        return namespace["Learner"](dls, nb.make_cnn(4), loss_func=nn.CrossEntropyLoss())
+
+    namespace["shapes_learner"] = shapes_learner
+    return namespace
+
+
+@pytest.mark.gpu_branch("05", "cell cell-80: device.type != 'cuda'")
+@pytest.mark.parametrize("device_type, amp_dtype, switch, callbacks", [
+    ("cuda", torch.float16, "to_fp16", {"MixedPrecision"}),  # a T4: fastai's own float16 with its scaler
+    ("cuda", torch.bfloat16, "to_bf16", {"MixedPrecision"}),  # an A100
+    ("mps", torch.float16, "to_fp16", {"MixedPrecision", "DeviceAutocast"}),  # fastai's autocast is CUDA's
+    ("cpu", torch.bfloat16, "to_bf16", {"MixedPrecision", "DeviceAutocast"}),
+])
+def test_fastai_gets_the_notebooks_own_autocast_callback_only_off_cuda(fastai_cells, device_type, amp_dtype,
+                                                                      switch, callbacks):
+    # Training needs the device: fit_and_record's stand-in records the callbacks of each Learner it gets.
+    fitted, shown = {}, []
+
+    def fit_and_record(learn, epochs=1):
+        fitted[len(fitted)] = {type(callback).__name__ for callback in learn.cbs}
+        return {"seconds": 1.0, "first_conv_dtype": "float32"}
+
+    namespace = fastai_cells  # itself: DeviceAutocast reads AMP_DTYPE there
+    namespace.update(device=torch.device(device_type), AMP_DTYPE=amp_dtype, fit_and_record=fit_and_record,
+                     display=shown.append)
+    run_cell("05", "cell-80", namespace)
+    assert namespace["FASTAI_MIXED"] == switch  # Step 5's plan, in fastai's words
+    labels = ["plain float32", f"learn.{switch}()"] + ["DeviceAutocast callback"] * (device_type != "cuda")
+    assert list(namespace["fastai_rows"]) == labels and list(shown[0].index) == labels
+    standard = fitted[0]  # fastai's own callbacks, in every Learner
+    assert not standard & {"MixedPrecision", "DeviceAutocast"}
+    assert set().union(*(names - standard for names in fitted.values())) == callbacks
+    assert fitted[1] - standard == {"MixedPrecision"}
+
+
+def test_on_a_cpu_fastais_mixed_precision_leaves_float32_and_the_notebooks_callback_computes_in_bfloat16(
+        fastai_cells):
+    # what the notebook's cells 80 and 81 say, trained for real (one epoch of 8 pictures)
+    shown = []
+    namespace = fastai_cells  # itself: DeviceAutocast reads AMP_DTYPE there
+    namespace.update(device=CPU, AMP_DTYPE=torch.bfloat16, display=shown.append)
+    run_cell("05", "cell-80", namespace)
+    dtypes = {label: row["first_conv_dtype"] for label, row in namespace["fastai_rows"].items()}
+    assert dtypes == {"plain float32": "float32", "learn.to_bf16()": "float32",
+                      "DeviceAutocast callback": "bfloat16"}
+    printed = " ".join(run_cell("05", "cell-81", namespace).split())
+    assert printed == ("On cpu, learn.to_bf16() left the convolutions in float32: fastai's callback opens CUDA "
+                       "autocast only. The DeviceAutocast callback ran them in bfloat16.")

@@ -168,26 +168,13 @@ CLAIMED_BY = {
         "tests/test_04_gpu_win.py::test_sync_demo_uses_a_large_product_on_a_gpu",
 }
 
-# Branches no test executes yet, each with why (or who will add the test). The list may only shrink:
-# an entry that a test now claims, or that is no longer in the notebooks, fails the test below.
+# Branches no test executes yet, each with why (or who will add the test). The list may only shrink,
+# and it is empty: every branch has its test, and a new one comes with its test. An entry that a test
+# now claims, or that is no longer in the notebooks, fails the test below.
 # A top-level cell is best tested by running it with stand-ins for `device` and torch.cuda through
 # notebook_code.run_cell (as tests/test_08_memory.py's test of cell cell-26 does), or by moving its
 # decision into a small function that a test calls.
-KNOWN_UNTESTED = {
-    # Notebook 05: the top-level cells that choose the profiler's GPU activity, the batch size and the
-    # numbers of a GPU, read the GPU's share of a profiled step, explain a bfloat16 result, and add
-    # fastai's CUDA autocast. Their helpers' decisions are tested; the cells themselves wait for a test.
-    ("05", "cell cell-05: ON_GPU"): "top-level cell: the profiler's CUDA activity",
-    ("05", "cell cell-05: not ON_GPU"): "top-level cell",
-    ("05", "cell cell-05: ON_GPU (2)"): "top-level cell: the GPU's compute capability",
-    ("05", "cell cell-13: device.type == 'cpu'"): "top-level cell: BIG_BATCH on a GPU",
-    ("05", "cell cell-27b: ON_GPU"): "top-level cell: the GPU's share of the profiled step",
-    ("05", "cell cell-32: ON_GPU"): "top-level cell",
-    ("05", "cell cell-61: device.type == 'cpu'"): "top-level cell: what a bfloat16 result means",
-    ("05", "cell cell-61: device.type == 'cpu' and bf16_kind == 'none'"): "top-level cell",
-    ("05", "cell cell-61: device.type == 'cpu' and kind == 'faster'"): "top-level cell",
-    ("05", "cell cell-80: device.type != 'cuda'"): "top-level cell: fastai's own CUDA autocast",
-}
+KNOWN_UNTESTED = {}
 
 
 def marker_claims(test_dir=REPO / "tests"):
