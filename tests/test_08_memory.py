@@ -4,6 +4,10 @@ The helpers run for real on the CPU where PyTorch allows it (saved-tensor hooks,
 autocast in bfloat16 and float16, 16-bit weights); the CUDA-only calls (the allocator's peak, memory
 snapshots, NCCL) run against stand-ins shaped like the real API. The last tests launch the FSDP2
 script with torchrun on 2 CPU processes over gloo, as the notebook does.
+
+The plumbing 08 copies from notebook 06 (torchrun_command, run_launchers, is_alive, stop_processes,
+read_parent_map, descendants, key_error_lines, parse_results) is tested on both copies in
+tests/test_06_ddp.py (the tests taking the fixture `plumbing`).
 """
 import ast
 import inspect
