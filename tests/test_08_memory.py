@@ -100,6 +100,30 @@ def test_set_to_none_frees_the_gradients_that_zero_filling_keeps():
         assert nb.storage_bytes(p.grad for p in model.parameters()) == held
 
 
+def test_batch_on_makes_the_notebooks_batch_on_the_device_it_is_given(monkeypatch):
+    functions = nb.batch_on.__globals__  # SEQUENCE and FEATURES are set by a cell of work
+    monkeypatch.setitem(functions, "SEQUENCE", 8)
+    monkeypatch.setitem(functions, "FEATURES", 16)
+    inputs, labels = nb.batch_on(torch.device("meta"), 4, seed=3)
+    assert inputs.device.type == labels.device.type == "meta"
+    assert inputs.shape == (4, 8, 16) and labels.shape == (4,)
+    on_cpu, cpu_labels = nb.batch_on("cpu", 4, seed=3)
+    assert torch.equal(on_cpu, tiny_batch(4, seed=3)[0]) and torch.equal(cpu_labels, tiny_batch(4, seed=3)[1])
+
+
+def test_in_mb_gives_megabytes_of_10_to_the_6_bytes_rounded_to_two_places():
+    assert in_mb_row({"weights": 1_234_567, "gradients": 6_000}) == {"weights": 1.23, "gradients": 0.01}
+    rows = nb.in_mb({"batch 8": {"activations": 2_000_000}, "batch 16": {"activations": 4_004_999}})
+    assert rows.loc["activations"].to_dict() == {"batch 8": 2.0, "batch 16": 4.0}
+
+
+def in_mb_row(row):
+    """nb.in_mb of one row (a dictionary of bytes), as the dictionary of megabytes it shows."""
+    table = nb.in_mb([row])
+    assert list(table.columns) == list(row)
+    return table.iloc[0].to_dict()
+
+
 def test_checkpointed_uses_the_non_reentrant_variant():
     source = next(s for s in code_cells(read(notebook_path("08"))) if "class Checkpointed" in s)
     assert "checkpoint(self.block, x, use_reentrant=False)" in source
