@@ -12,7 +12,6 @@ three kernels' bodies (add_kernel, softmax_kernel, matmul_kernel): coverage.py m
 only. Their launch functions (add, softmax, matmul) also run here, with kernels that record the grid
 and the arguments they are launched with.
 """
-import ast
 import builtins
 import importlib.metadata
 import importlib.util
@@ -28,7 +27,7 @@ from unittest import mock
 import pytest
 import torch
 
-from notebook_code import cell_source, load_helpers, notebook_path, read, run_cell
+from notebook_code import cell_source, helper_file, load_helpers, notebook_path, read, run_cell
 
 STAND_IN_TRITON = types.SimpleNamespace(jit=lambda function: function, constexpr=int)
 
@@ -476,17 +475,26 @@ def test_generated_kernels_from_a_cpp_log_and_from_two(nb):
 
 # --- The kernels themselves, under Triton's interpreter ----------------------------------------------
 
-KERNEL_FUNCTIONS = ["add_kernel", "add", "softmax_in_steps", "softmax_kernel", "softmax_block",
-                    "softmax", "matmul_kernel", "matmul", "check_kernel", "matmul_tolerance"]
-
 RUNNER = r'''
-import json, os, sys
+import builtins, json, os, sys
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported, as the notebook does
 import torch
 import triton
 import triton.language as tl
-sys.path.insert(0, sys.argv[1])
-from kernels09 import *
+
+# The notebook's definitions from load_helpers' file, as tests/notebook_code.py runs them, with the real
+# triton and tl (the notebook imports them in its plan cell, whose work load_helpers leaves out).
+# Triton's interpreter recompiles each kernel from that file, so coverage.py, started here when the
+# test run measures the helpers, counts the kernels' lines in the report.
+helpers, data_file = sys.argv[1], sys.argv[2]
+builtins.triton, builtins.tl = triton, tl
+if data_file:
+    import coverage
+    measurement = coverage.Coverage(data_file=data_file, data_suffix=True, branch=True,
+                                    include=[helpers], config_file=False)
+    measurement.start()
+with open(helpers) as source:
+    exec(compile(source.read(), helpers, "exec"), globals())
 
 failures = []
 def expect(name, status, verdict):
@@ -508,28 +516,20 @@ for (M, N, K), blocks in (((32, 32, 32), (32, 32, 32)), ((33, 31, 17), (32, 32, 
     a, b = torch.randn(M, K), torch.randn(K, N)
     expect(M, *check_kernel(f"matmul {M}x{N}x{K} {blocks}", lambda: matmul(a, b, blocks), a @ b,
                             "interpreter", **matmul_tolerance("interpreter"))[:2])
+if data_file:
+    measurement.stop()
+    measurement.save()
 print(json.dumps(failures))
 '''
 
 
-def kernel_module_source():
-    """The notebook's kernels and their launch functions, as a module file (decorators kept)."""
-    wanted = {}
-    for cell in read(notebook_path("09")).cells:
-        if cell.cell_type == "code":
-            for node in ast.parse(cell.source).body:
-                if isinstance(node, ast.FunctionDef) and node.name in KERNEL_FUNCTIONS:
-                    wanted[node.name] = ast.unparse(node)
-    assert sorted(wanted) == sorted(KERNEL_FUNCTIONS)
-    header = "import math\nimport torch\nimport triton\nimport triton.language as tl\n\n\n"
-    return header + "\n\n\n".join(wanted[name] for name in KERNEL_FUNCTIONS) + "\n"
-
-
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton installed")
-def test_the_kernels_match_pytorch_under_the_interpreter_at_their_block_boundaries(tmp_path):
-    (tmp_path / "kernels09.py").write_text(kernel_module_source())
+def test_the_kernels_match_pytorch_under_the_interpreter_at_their_block_boundaries(nb, request):
+    measurement = request.config.helper_coverage  # None when the run does not measure the helpers
+    data_file = measurement.coverage.config.data_file if measurement is not None else ""
     environment = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", RUNNER, str(tmp_path)], env=environment,
+    result = subprocess.run([sys.executable, "-c", RUNNER, str(helper_file("09")), data_file],
+                            env=environment,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []
