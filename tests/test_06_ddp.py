@@ -1012,9 +1012,22 @@ class StandInLauncher:
         return self.returncode
 
 
+class FakeClock:
+    """time.monotonic and time.sleep for stop_processes and run_launchers: sleeping and waiting for output move it on."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
 def test_stop_processes_kills_what_outlives_terminate_and_bears_kill_errors(plumbing, monkeypatch):
     alive = {101, 102, 103}  # 101 ends before the kill, 102 is another user's (a reused pid)
-    sent = []
+    sent, clock = [], FakeClock()
 
     def kill(pid, signal_number):
         sent.append((pid, signal_number))
@@ -1025,39 +1038,34 @@ def test_stop_processes_kills_what_outlives_terminate_and_bears_kill_errors(plum
         alive.discard(pid)
 
     functions = plumbing.stop_processes.__globals__
+    monkeypatch.setitem(functions, "time", types.SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep))
     monkeypatch.setitem(functions, "is_alive", lambda pid: pid in alive)
     monkeypatch.setitem(functions, "os", types.SimpleNamespace(kill=kill))
     monkeypatch.setitem(functions, "signal", types.SimpleNamespace(SIGTERM=signal.SIGTERM))  # Windows
     obedient, stubborn, ended = (StandInLauncher(1), StandInLauncher(2, obeys_terminate=False),
                                  StandInLauncher(3))
     ended.returncode = 1
-    plumbing.stop_processes([obedient, stubborn, ended], [101, 102, 103, 104], grace_s=0)
+    plumbing.stop_processes([obedient, stubborn, ended], [101, 102, 103, 104], grace_s=1)
     assert sent == [(101, signal.SIGTERM), (102, signal.SIGTERM), (103, signal.SIGTERM)]  # not 104
     assert obedient.calls == ["terminate", "wait"] and obedient.returncode == -signal.SIGTERM
     assert stubborn.calls == ["terminate", "kill", "wait"] and stubborn.returncode == -9
     assert ended.calls == ["wait"] and ended.returncode == 1
+    # It gave the stubborn launcher the grace, then process 102 (never gone) the grace again: no more.
+    assert clock.now - 1000 == pytest.approx(2.0, abs=0.21)
 
 
-def test_stop_processes_sends_sigkill_where_there_is_one(plumbing, monkeypatch):
-    sent = []
+def test_stop_processes_sends_sigkill_where_there_is_one_and_waits_only_until_it_works(plumbing,
+                                                                                        monkeypatch):
+    sent, clock = [], FakeClock()
     functions = plumbing.stop_processes.__globals__
-    monkeypatch.setitem(functions, "is_alive", lambda pid: pid == 101 and not sent)
+    monkeypatch.setitem(functions, "time", types.SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep))
+    # Process 101 takes 0.3 s to die after the SIGKILL (a busy process).
+    monkeypatch.setitem(functions, "is_alive", lambda pid: not sent or clock.now < 1000.3)
     monkeypatch.setitem(functions, "os", types.SimpleNamespace(kill=lambda *call: sent.append(call)))
-    plumbing.stop_processes([], [101], grace_s=0)
-    assert sent == [(101, signal.SIGKILL)]
-
-
-class FakeClock:
-    """time.monotonic and time.sleep for run_launchers: sleeping and waiting for output move it on."""
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def monotonic(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
+    launcher = StandInLauncher(1)
+    plumbing.stop_processes([launcher], [101], grace_s=10)
+    assert sent == [(101, signal.SIGKILL)] and launcher.calls == ["terminate", "wait"]
+    assert 1000.3 <= clock.now < 1000.5, "it waits for the killed process, and no longer"
 
 
 def fake_launches(plumbing, monkeypatch, launchers, parents=None):
