@@ -10,13 +10,18 @@ import inspect
 import json
 import math
 import os
+import queue
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import types
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 import torch.distributed.run
@@ -26,6 +31,17 @@ from notebook_code import (REPO, code_cells, core_markdown, load_helpers, notebo
                            run_cell)
 
 nb = load_helpers("06")
+# Notebook 08 carries copies of 06's plumbing (torchrun's command line, running programs, reading
+# their output): the tests taking the fixture `plumbing` run on both copies.
+PLUMBING = {"06": nb, "08": load_helpers("08")}
+
+
+@pytest.fixture(params=sorted(PLUMBING))
+def plumbing(request):
+    """The helpers of notebook 06, then of notebook 08."""
+    return PLUMBING[request.param]
+
+
 SCRIPT_PARTS = [nb.SCRIPT_START, nb.SCRIPT_GROUP, nb.SCRIPT_MODEL, nb.SCRIPT_STEPS, nb.SCRIPT_SPEED,
                 nb.SCRIPT_MAIN]
 SCRIPT_TEXT = "".join(SCRIPT_PARTS)
@@ -205,8 +221,9 @@ def test_the_written_script_parses_its_options(tmp_path):
 # torchrun's command line
 
 
-def test_a_one_machine_command_is_accepted_by_torchrun(tmp_path):
-    command = nb.torchrun_command(tmp_path / "s.py", 2, script_args=["--epochs", 3], log_dir=tmp_path)
+def test_a_one_machine_command_is_accepted_by_torchrun(plumbing, tmp_path):
+    command = plumbing.torchrun_command(tmp_path / "s.py", 2, script_args=["--epochs", 3],
+                                        log_dir=tmp_path)
     assert command[:3] == TORCHRUN
     args = torch.distributed.run.parse_args(command[3:])
     assert args.standalone and args.nproc_per_node == "2"
@@ -214,9 +231,9 @@ def test_a_one_machine_command_is_accepted_by_torchrun(tmp_path):
     assert args.training_script == str(tmp_path / "s.py") and args.training_script_args == ["--epochs", "3"]
 
 
-def test_a_two_node_command_uses_a_c10d_rendezvous(tmp_path):
-    command = nb.torchrun_command("s.py", 1, nnodes=2, endpoint="127.0.0.1:12345", run_id="job",
-                                  rdzv_conf="is_host=1")
+def test_a_two_node_command_uses_a_c10d_rendezvous(plumbing, tmp_path):
+    command = plumbing.torchrun_command("s.py", 1, nnodes=2, endpoint="127.0.0.1:12345", run_id="job",
+                                        rdzv_conf="is_host=1")
     args = torch.distributed.run.parse_args(command[3:])
     assert not args.standalone
     assert (args.nnodes, args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id, args.rdzv_conf) == (
@@ -224,16 +241,16 @@ def test_a_two_node_command_uses_a_c10d_rendezvous(tmp_path):
     assert "--tee=3" not in command  # no log folder asked for
 
 
-def test_one_node_with_an_endpoint_meets_at_it_instead_of_standalone():
-    command = nb.torchrun_command("s.py", 2, nnodes=1, endpoint="127.0.0.1:29400")
+def test_one_node_with_an_endpoint_meets_at_it_instead_of_standalone(plumbing):
+    command = plumbing.torchrun_command("s.py", 2, nnodes=1, endpoint="127.0.0.1:29400")
     args = torch.distributed.run.parse_args(command[3:])
     assert not args.standalone and args.rdzv_endpoint == "127.0.0.1:29400" and args.nnodes == "1"
     assert args.rdzv_conf == ""  # no --rdzv-conf unless asked
 
 
-def test_the_exit_barrier_option_is_passed_only_when_asked():
-    assert not any("exit-barrier" in part for part in nb.torchrun_command("s.py", 2))
-    command = nb.torchrun_command("s.py", 1, nnodes=2, endpoint="h:1", exit_barrier_timeout_s=30)
+def test_the_exit_barrier_option_is_passed_only_when_asked(plumbing):
+    assert not any("exit-barrier" in part for part in plumbing.torchrun_command("s.py", 2))
+    command = plumbing.torchrun_command("s.py", 1, nnodes=2, endpoint="h:1", exit_barrier_timeout_s=30)
     assert "--exit-barrier-timeout=30" in command
     assert command[-1] == "s.py"  # launcher options come before the script
 
@@ -296,10 +313,10 @@ def result_line(rank, checksum, **extra):
                                               "accuracy": 0.9, "checksum": checksum, **extra})
 
 
-def test_parse_results_reads_result_lines_in_rank_order():
+def test_parse_results_reads_result_lines_in_rank_order(plumbing):
     output = [(1, result_line(1, "abc")), (0, "epoch 1/2: loss 0.5"), (0, result_line(0, "abc")),
               (0, "RESULT not json at all")]
-    results = nb.parse_results(output)
+    results = plumbing.parse_results(output)
     assert [(r["rank"], r["node"]) for r in results] == [(0, 0), (1, 1)]
     assert nb.checksums_agree(results)
     assert "identical" in nb.describe_checksums(results, "With DDP")
@@ -387,21 +404,21 @@ def test_script_frame_takes_the_last_frame_in_the_script():
     assert nb.script_frame(traceback_text, "other_script.py") is None
 
 
-def test_key_error_lines_finds_each_exception_once():
+def test_key_error_lines_finds_each_exception_once(plumbing):
     lines = ["Traceback (most recent call last):", '  File "<string>", line 1, in <module>',
              "AttributeError: Can't get attribute 'train' on <module '__main__' (built-in)>",
              "AttributeError: Can't get attribute 'train' on <module '__main__' (built-in)>",
              "W1122 torch/multiprocessing/spawn.py:165] Terminating process 20201 via signal SIGTERM",
              "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with exit code 1"]
-    assert nb.key_error_lines(lines) == [
+    assert plumbing.key_error_lines(lines) == [
         "AttributeError: Can't get attribute 'train' on <module '__main__' (built-in)>",
         "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with exit code 1"]
 
 
-def test_descendants_follow_the_whole_tree_only():
+def test_descendants_follow_the_whole_tree_only(plumbing):
     parents = {10: 1, 11: 10, 12: 11, 13: 10, 20: 1, 21: 20}
-    assert nb.descendants(10, parents) == {11, 12, 13}
-    assert nb.descendants(12, parents) == set()
+    assert plumbing.descendants(10, parents) == {11, 12, 13}
+    assert plumbing.descendants(12, parents) == set()
 
 
 # The cost model
@@ -531,6 +548,34 @@ def test_explain_speedup_at_each_edge(per_mille, backend, expected):
     text = nb.explain_speedup(ratio_table(per_mille), backend, 2)
     assert expected in text
     assert f"{per_mille / 1000:.2f} times as many samples per second" in text
+
+
+@pytest.mark.parametrize("exit_barrier_timeout_s", [30, None])  # a torchrun with the option, and without
+def test_the_failing_two_node_runs_host_the_store_on_node_1_and_fail_rank_0s_save(
+        tmp_path, monkeypatch, exit_barrier_timeout_s):
+    (tmp_path / "logs" / "barrier_node1").mkdir(parents=True)
+    (tmp_path / "logs" / "barrier_node1" / "old.log").write_text("a previous run")
+    functions = nb.failing_two_node_commands.__globals__
+    for name, value in {"free_port": lambda: 29517, "script_path": tmp_path / "06_train_ddp.py",
+                        "EXIT_BARRIER_TIMEOUT_S": exit_barrier_timeout_s, "LOG_DIR": tmp_path / "logs",
+                        "missing_folder": tmp_path / "no_such_folder"}.items():
+        monkeypatch.setitem(functions, name, value)
+    commands = nb.failing_two_node_commands("barrier", ["--skip-final-barrier"])
+    # This PyTorch's torchrun may lack --exit-barrier-timeout (EXIT_BARRIER_TIMEOUT_S is then None).
+    parsed = [torch.distributed.run.parse_args([part for part in command[3:]
+                                                if not part.startswith("--exit-barrier-timeout=")])
+              for command in commands]
+    assert [args.rdzv_conf for args in parsed] == ["is_host=0", "is_host=1"]
+    for node, args in enumerate(parsed):
+        assert (args.nnodes, args.nproc_per_node, args.rdzv_endpoint, args.rdzv_id) == (
+            "2", "1", "127.0.0.1:29517", "nb06-failing")  # both meet at one endpoint, in one run
+        assert args.log_dir == str(tmp_path / "logs" / f"barrier_node{node}")
+        assert not any(Path(args.log_dir).iterdir()), "each node starts with an empty log folder"
+        assert args.training_script_args[-3:] == [
+            "--checkpoint", str(tmp_path / "no_such_folder" / "weights.pt"), "--skip-final-barrier"]
+        assert "--cpu" in args.training_script_args
+    passes_barrier = [f"--exit-barrier-timeout={exit_barrier_timeout_s}" in c for c in commands]
+    assert passes_barrier == [exit_barrier_timeout_s is not None] * 2
 
 
 def test_describe_ending_says_who_was_stopped():
@@ -825,3 +870,276 @@ def test_step_5_solo_run_gets_a_gpus_share_of_the_cores_on_nccl_and_all_of_them_
     assert ("--cpu" in command) is (gpu_count == 1)  # one GPU: the CPU over gloo, as the DDP run
     assert list(namespace["speed"].device) == [device, device]
     assert reading in printed
+
+
+# --- Issue 21: the process plumbing notebooks 06 and 08 both carry, each copy at both sides --------
+# Notebook 08 repeats 06's plumbing (it must run alone on Colab): proc_dir, read_parent_map,
+# descendants, is_alive and stop_processes are the same code, and its run_launchers decides the same
+# way inline. These tests run both copies (08's own tests do not repeat them). The stand-ins are
+# shaped like the real things: Linux's /proc/<pid>/stat, psutil's Process and process_iter, and the
+# OSErrors os.kill raises; run_launchers gets stand-in processes and a clock of its own, so that its
+# time limit and its patience are tested at their edges without starting a program.
+
+def stat_line(pid, name, state, parent):
+    """A line of /proc/<pid>/stat as Linux writes it: pid, (name), state, parent pid, then more."""
+    return f"{pid} ({name}) {state} {parent} {pid} {pid} 0 -1 4194560 1200 0 0 0 5 3 0 0 20 0 1 0\n"
+
+
+@pytest.fixture
+def fake_proc(tmp_path):
+    """A folder shaped like Linux's /proc: a few processes, one ended while it was read."""
+    proc = tmp_path / "proc"
+    processes = {1: ("systemd", "S", 0), 4242: ("w) S 99", "R", 1),  # a name holding ") S 99"
+                 4243: ("python3", "Z", 4242), 4244: ("gone", "X", 1)}
+    for pid, (name, state, parent) in processes.items():
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "stat").write_text(stat_line(pid, name, state, parent))
+    (proc / "77" / "stat").mkdir(parents=True)  # reading it raises an OSError, as an ended one does
+    (proc / "self").mkdir()  # /proc has folders that are not processes
+    (proc / "self" / "stat").write_text(stat_line(4242, "w", "R", 1))
+    return proc
+
+
+def test_read_parent_map_reads_proc_and_skips_what_ended_meanwhile(plumbing, fake_proc, monkeypatch):
+    monkeypatch.setitem(plumbing.read_parent_map.__globals__, "proc_dir", lambda: fake_proc)
+    assert plumbing.read_parent_map() == {1: 0, 4242: 1, 4243: 4242, 4244: 1}
+
+
+def test_is_alive_reads_the_state_in_proc(plumbing, fake_proc, monkeypatch):
+    monkeypatch.setitem(plumbing.is_alive.__globals__, "proc_dir", lambda: fake_proc)
+    assert plumbing.is_alive(1) and plumbing.is_alive(4242)  # sleeping, running
+    assert not plumbing.is_alive(4243) and not plumbing.is_alive(4244)  # a zombie, dead
+    assert not plumbing.is_alive(999) and not plumbing.is_alive(77)  # no such process, unreadable
+
+
+class StandInPsutilProcess:
+    """Shaped like psutil.Process: raises NoSuchProcess (ZombieProcess on macOS) for a process it
+    cannot find, has .pid, .info (what process_iter fills in) and status()."""
+    STATES = {10: psutil.STATUS_RUNNING, 11: psutil.STATUS_SLEEPING, 12: psutil.STATUS_ZOMBIE}
+    PARENTS = {0: 0, 4: 0, 10: 4, 11: 10, 12: 10}  # Windows' idle process 0 is its own parent
+
+    def __init__(self, pid):
+        if pid == 13:
+            raise psutil.ZombieProcess(pid)
+        if pid not in self.STATES:
+            raise psutil.NoSuchProcess(pid)
+        self.pid, self.info = pid, {"ppid": self.PARENTS[pid]}
+
+    def status(self):
+        return self.STATES[self.pid]
+
+
+def without_proc(plumbing, monkeypatch, tmp_path, psutil_module):
+    """Make `plumbing` see no /proc (macOS, Windows) and `import psutil` give `psutil_module`."""
+    monkeypatch.setitem(plumbing.is_alive.__globals__, "proc_dir", lambda: tmp_path / "no-proc")
+    monkeypatch.setitem(sys.modules, "psutil", psutil_module)
+
+
+def process_iter(attrs):
+    """What psutil.process_iter(["ppid"]) yields: processes with .pid and .info filled in."""
+    assert attrs == ["ppid"]
+    for pid, parent in StandInPsutilProcess.PARENTS.items():
+        process = object.__new__(StandInPsutilProcess)
+        process.pid, process.info = pid, {"ppid": parent}
+        yield process
+
+
+STAND_IN_PSUTIL = types.SimpleNamespace(Process=StandInPsutilProcess, STATUS_ZOMBIE=psutil.STATUS_ZOMBIE,
+                                        process_iter=process_iter)
+
+
+def test_without_proc_psutil_gives_the_parents_and_without_it_nothing(plumbing, monkeypatch, tmp_path):
+    without_proc(plumbing, monkeypatch, tmp_path, STAND_IN_PSUTIL)
+    assert plumbing.read_parent_map() == StandInPsutilProcess.PARENTS
+    monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` raises ImportError
+    assert plumbing.read_parent_map() == {}
+
+
+def test_without_proc_psutil_says_which_process_runs(plumbing, monkeypatch, tmp_path):
+    without_proc(plumbing, monkeypatch, tmp_path, STAND_IN_PSUTIL)
+    assert plumbing.is_alive(10) and plumbing.is_alive(11)
+    assert not plumbing.is_alive(12)  # a zombie: ended, waiting for its parent
+    assert not plumbing.is_alive(13) and not plumbing.is_alive(99)  # ZombieProcess, NoSuchProcess
+
+
+def test_descendants_end_on_a_loop_in_the_parent_map(plumbing):
+    # psutil lists Windows' idle process 0 as its own parent, and a map read while process ids are
+    # reused can hold a loop: the search must still end, each process found once.
+    found = []
+    search = threading.Thread(target=lambda: found.append((
+        plumbing.descendants(4, StandInPsutilProcess.PARENTS),
+        plumbing.descendants(0, {0: 0, 4: 0, 10: 4}),
+        plumbing.descendants(10, {10: 11, 11: 10, 12: 11}))), daemon=True)
+    search.start()
+    search.join(10)
+    assert found == [({10, 11, 12}, {0, 4, 10}, {10, 11, 12})]
+
+
+class StandInLauncher:
+    """Shaped like the subprocess.Popen that run_launchers starts (text mode, output on a pipe): pid,
+    stdout, poll(), terminate(), kill(), wait() and returncode. It prints `lines`, then ends by itself
+    when `clock` reaches `ends_at` (never if None); `obeys_terminate=False` makes it outlive
+    terminate() until kill()."""
+
+    def __init__(self, pid, clock=None, ends_at=None, lines=(), obeys_terminate=True):
+        self.pid, self.clock, self.ends_at, self.obeys_terminate = pid, clock, ends_at, obeys_terminate
+        self.returncode, self.calls, self.output_ended = None, [], False
+        self.stdout = self._output(lines)
+
+    def _output(self, lines):
+        yield from (line + "\n" for line in lines)
+        while self.poll() is None:  # a pipe stays open while its program runs
+            time.sleep(0.001)
+        self.output_ended = True
+
+    def poll(self):
+        if self.returncode is None and self.ends_at is not None and self.clock.now >= self.ends_at:
+            self.returncode = 0
+        return self.returncode
+
+    def terminate(self):
+        self.calls.append("terminate")
+        if self.obeys_terminate and self.returncode is None:
+            self.returncode = -signal.SIGTERM
+
+    def kill(self):
+        self.calls.append("kill")
+        if self.returncode is None:
+            self.returncode = -9  # SIGKILL (Windows has no SIGKILL)
+
+    def wait(self):
+        self.calls.append("wait")
+        return self.returncode
+
+
+class FakeClock:
+    """time.monotonic and time.sleep for stop_processes and run_launchers: sleeping and waiting for output move it on."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def test_stop_processes_kills_what_outlives_terminate_and_bears_kill_errors(plumbing, monkeypatch):
+    alive = {101, 102, 103}  # 101 ends before the kill, 102 is another user's (a reused pid)
+    sent, clock = [], FakeClock()
+
+    def kill(pid, signal_number):
+        sent.append((pid, signal_number))
+        if pid == 101:
+            raise ProcessLookupError(3, "No such process")
+        if pid == 102:
+            raise PermissionError(1, "Operation not permitted")
+        alive.discard(pid)
+
+    functions = plumbing.stop_processes.__globals__
+    monkeypatch.setitem(functions, "time", types.SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep))
+    monkeypatch.setitem(functions, "is_alive", lambda pid: pid in alive)
+    monkeypatch.setitem(functions, "os", types.SimpleNamespace(kill=kill))
+    monkeypatch.setitem(functions, "signal", types.SimpleNamespace(SIGTERM=signal.SIGTERM))  # Windows
+    obedient, stubborn, ended = (StandInLauncher(1), StandInLauncher(2, obeys_terminate=False),
+                                 StandInLauncher(3))
+    ended.returncode = 1
+    plumbing.stop_processes([obedient, stubborn, ended], [101, 102, 103, 104], grace_s=1)
+    assert sent == [(101, signal.SIGTERM), (102, signal.SIGTERM), (103, signal.SIGTERM)]  # not 104
+    assert obedient.calls == ["terminate", "wait"] and obedient.returncode == -signal.SIGTERM
+    assert stubborn.calls == ["terminate", "kill", "wait"] and stubborn.returncode == -9
+    assert ended.calls == ["wait"] and ended.returncode == 1
+    # It gave the stubborn launcher the grace, then process 102 (never gone) the grace again: no more.
+    assert clock.now - 1000 == pytest.approx(2.0, abs=0.21)
+
+
+def test_stop_processes_sends_sigkill_where_there_is_one_and_waits_only_until_it_works(plumbing,
+                                                                                        monkeypatch):
+    sent, clock = [], FakeClock()
+    functions = plumbing.stop_processes.__globals__
+    monkeypatch.setitem(functions, "time", types.SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep))
+    # Process 101 takes 0.3 s to die after the SIGKILL (a busy process).
+    monkeypatch.setitem(functions, "is_alive", lambda pid: not sent or clock.now < 1000.3)
+    monkeypatch.setitem(functions, "os", types.SimpleNamespace(kill=lambda *call: sent.append(call)))
+    launcher = StandInLauncher(1)
+    plumbing.stop_processes([launcher], [101], grace_s=10)
+    assert sent == [(101, signal.SIGKILL)] and launcher.calls == ["terminate", "wait"]
+    assert 1000.3 <= clock.now < 1000.5, "it waits for the killed process, and no longer"
+
+
+def fake_launches(plumbing, monkeypatch, launchers, parents=None):
+    """Make run_launchers start `launchers` (in order) on their FakeClock. Each wait for output (0.2 s
+    in the notebook) moves the clock on by 0.25 s, a number floats hold exactly, and returns only once
+    the output threads have passed on all that the launchers printed by then: the same clock always
+    gives the same run, however slow the machine."""
+    clock = launchers[0].clock
+
+    class WaitingQueue(queue.Queue):
+        ends_put = 0
+
+        def put(self, item, block=True, timeout=None):
+            super().put(item)
+            self.ends_put += item[1] is None
+
+        def get(self, block=True, timeout=None):
+            clock.now += 0.25
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not (
+                    all(l.poll() is None or l.output_ended for l in launchers)
+                    and self.ends_put >= sum(l.output_ended for l in launchers)):
+                time.sleep(0.001)
+            return super().get(timeout=0.001)
+
+    started = iter(launchers)
+    functions = plumbing.run_launchers.__globals__
+    monkeypatch.setitem(functions, "time", types.SimpleNamespace(monotonic=clock.monotonic,
+                                                                 sleep=clock.sleep))
+    monkeypatch.setitem(functions, "queue", types.SimpleNamespace(Queue=WaitingQueue, Empty=queue.Empty))
+    monkeypatch.setitem(functions, "subprocess", types.SimpleNamespace(
+        Popen=lambda command, **options: next(started), PIPE=subprocess.PIPE, STDOUT=subprocess.STDOUT))
+    monkeypatch.setitem(functions, "read_parent_map", lambda: dict(parents or {}))
+    monkeypatch.setitem(functions, "is_alive", lambda pid: False)
+
+
+@pytest.mark.parametrize("ends_at, stopped", [(None, True), (1002.6, False)])
+def test_run_launchers_stops_a_program_only_once_it_outlives_its_peer_by_the_patience(
+        plumbing, monkeypatch, capsys, ends_at, stopped):
+    clock = FakeClock()
+    done, waiting = StandInLauncher(500, clock, 1000.5), StandInLauncher(600, clock, ends_at)
+    fake_launches(plumbing, monkeypatch, [done, waiting], parents={501: 500, 502: 501, 7: 1})
+    run = plumbing.run_launchers([["a"], ["b"]], time_limit_s=60, patience_s=2, echo=False)
+    # The first ended at 1000.5; at 1002.5 the other had waited exactly the patience: not yet.
+    assert run["ended_s"][0] == 0.5 and run["started"] == [501, 502] and run["leftovers"] == []
+    assert "terminate" not in done.calls
+    if stopped:
+        assert run["stopped"] == "one was still running 2 s after another had ended"
+        assert run["returncodes"] == [0, -signal.SIGTERM] and run["ended_s"][1] == 3.0
+        assert "STOPPED by the notebook: one was still running" in capsys.readouterr().out
+    else:  # it ended at 1002.6, before anyone looked again
+        assert run["stopped"] is None and run["returncodes"] == [0, 0] and "terminate" not in waiting.calls
+
+
+@pytest.mark.parametrize("ends_at, stopped", [(None, True), (1001.0, False)])
+def test_run_launchers_stops_a_program_only_past_the_time_limit(plumbing, monkeypatch, ends_at, stopped):
+    clock = FakeClock()
+    launcher = StandInLauncher(500, clock, ends_at)
+    fake_launches(plumbing, monkeypatch, [launcher])
+    run = plumbing.run_launchers([["a"]], time_limit_s=1, echo=False)  # ending after exactly 1 s: in time
+    assert run["stopped"] == ("the time limit of 1 s was reached" if stopped else None)
+    assert run["returncodes"] == [-signal.SIGTERM if stopped else 0]
+
+
+@pytest.mark.parametrize("lines, echo, printed", [
+    ([["alone"]], True, ["alone"]),
+    ([["a"], ["b"]], True, ["node0 | a", "node1 | b"]),
+    ([["a"], ["b"]], False, []),
+])
+def test_run_launchers_echoes_lines_with_the_node_only_for_several(plumbing, monkeypatch, capsys, lines,
+                                                                   echo, printed):
+    clock = FakeClock()
+    launchers = [StandInLauncher(500 + tag, clock, 1000.5, output) for tag, output in enumerate(lines)]
+    fake_launches(plumbing, monkeypatch, launchers)
+    run = plumbing.run_launchers([["x"]] * len(lines), time_limit_s=60, echo=echo)
+    assert sorted(capsys.readouterr().out.splitlines()) == printed
+    assert sorted(run["output"]) == [(tag, line) for tag, output in enumerate(lines) for line in output]

@@ -27,6 +27,7 @@ import time
 import types
 import warnings
 
+import matplotlib.pyplot as plt
 import psutil
 import pytest
 import torch
@@ -34,7 +35,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from notebook_code import helper_file, load_helpers, notebook_path, read
+from notebook_code import helper_file, load_helpers, notebook_path, read, run_cell
 
 nb = load_helpers("07")
 BUG_LINE = nb.line_number_of(nb.LABEL_SCRIPT_SOURCE, nb.BUG_MARKER)
@@ -392,6 +393,27 @@ def test_anomaly_report_keeps_the_code_line_when_python_has_the_source():
         "    return torch.softmax(scores, dim=1).log()"]
 
 
+@pytest.mark.parametrize("anomaly_mode", [False, True])
+def test_time_one_step_times_a_real_step_inside_anomaly_mode_only_when_asked(monkeypatch, pictures,
+                                                                               anomaly_mode):
+    seen = []
+
+    def time_it(step, device, repeats):  # stands in for the shared cell's timer: one step, 1 ms
+        seen.append((torch.is_anomaly_enabled(), device, repeats))
+        step()
+        return 0.001
+
+    functions = nb.time_one_step.__globals__  # what the notebook's cells of work define
+    for name, value in {"device": torch.device("cpu"), "byte_pictures": pictures[0],
+                        "picture_labels": pictures[1], "time_it": time_it}.items():
+        monkeypatch.setitem(functions, name, value)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert nb.time_one_step(anomaly_mode) == 0.001
+    assert seen == [(anomaly_mode, torch.device("cpu"), 20)] and not torch.is_anomaly_enabled()
+    assert not [w for w in caught if "Anomaly Detection has been enabled" in str(w.message)]
+
+
 def test_anomaly_cost_verdict_at_its_edge():
     assert "small difference" in nb.anomaly_cost_verdict(1.0, 1.49)
     assert "pay most" in nb.anomaly_cost_verdict(1.0, 1.5)
@@ -544,6 +566,14 @@ def test_load_module_picks_up_a_changed_source(tmp_path):
     assert nb.load_module(tmp_path, "nb07_changing", "VALUE = 2\n").VALUE == 2
 
 
+def test_load_module_leaves_an_unchanged_file_alone(tmp_path):
+    nb.load_module(tmp_path, "nb07_same", "VALUE = 1\n")
+    path = tmp_path / "nb07_same.py"
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))  # an old time: a rewrite would change it
+    assert nb.load_module(tmp_path, "nb07_same", "VALUE = 1\n").VALUE == 1
+    assert path.stat().st_mtime_ns == 1_000_000_000
+
+
 # --- Step 5: seeds and deterministic algorithms -----------------------------------------------------
 
 def test_seeded_runs_agree_to_the_bit_and_other_seeds_do_not(pictures):
@@ -666,6 +696,18 @@ def test_runs_that_differ_counts_runs_unlike_the_first():
     assert nb.runs_that_differ(lambda: torch.zeros(10).index_add_(0, places, numbers)) == 0
 
 
+def test_the_nondeterminism_cell_on_a_cpu_sums_the_same_way_every_run(monkeypatch):
+    namespace = {**vars(nb), "device": torch.device("cpu")}
+    printed = run_cell("07", "cell-68", namespace)
+    assert "Every run was identical on cpu" in printed
+    places, numbers = namespace["places"], namespace["numbers"]
+    expected = torch.zeros(10, dtype=torch.float64).index_add_(0, places, numbers.double())
+    torch.testing.assert_close(namespace["add_into"]().double(), expected, rtol=0, atol=1e-3)
+    for name in ("device", "places", "numbers"):  # load_helpers' copy, with what the cell made
+        monkeypatch.setitem(nb.add_into.__globals__, name, namespace[name])
+    assert torch.equal(nb.add_into(), namespace["add_into"]())
+
+
 @pytest.mark.gpu_branch("07", "nondeterminism_verdict: device_type == 'cuda'")
 def test_nondeterminism_verdict_for_each_case():
     assert "bug" in nb.nondeterminism_verdict("cuda", 3, 1)
@@ -673,6 +715,74 @@ def test_nondeterminism_verdict_for_each_case():
     assert "No run differed this time" in nb.nondeterminism_verdict("cuda", 0, 0)
     assert "Every run was identical on cpu" in nb.nondeterminism_verdict("cpu", 0, 0)
     assert "1 of 4 runs differed" in nb.nondeterminism_verdict("cpu", 1, 0)
+
+
+# --- The pictures: drawn from their inputs, with titles and labelled axes ----------------------------
+
+@pytest.fixture
+def drawn():
+    """The figure a drawing function of the notebook made (it draws on a new one), closed after."""
+    plt.close("all")
+    yield lambda: plt.gcf()
+    plt.close("all")
+
+
+def legend_labels(axis):
+    return [text.get_text() for text in axis.get_legend().get_texts()]
+
+
+def test_the_async_timeline_raises_in_loss_item_as_usual_and_in_cross_entropy_when_blocking(drawn):
+    nb.draw_async_timeline()
+    usual, blocking = drawn().axes
+    assert usual.get_title() == "as usual (asynchronous)" and "BLOCKING=1" in blocking.get_title()
+    assert [t.get_text() for t in usual.texts if t.get_text().startswith("error")] == [
+        "error raised in loss.item()"]
+    assert [t.get_text() for t in blocking.texts if t.get_text().startswith("error")] == [
+        "error raised in cross_entropy"]
+    assert [t.get_text() for t in usual.get_yticklabels()] == ["GPU", "Python (CPU)"]
+    assert blocking.get_xlabel().startswith("time")
+
+
+@pytest.mark.parametrize("alarm, first_bad", [(2, 4), (None, None)])
+def test_draw_divergence_plots_the_rows_and_marks_only_what_happened(drawn, alarm, first_bad):
+    rows = [{"step": step, "loss": loss, "grad_norm": norm} for step, loss, norm in
+            [(0, 1.0, 2.0), (1, 3.0, 20.0), (2, 9.0, 200.0), (3, 81.0, math.inf), (4, math.nan, math.nan)]]
+    nb.draw_divergence(rows, alarm, first_bad)
+    (axis,) = drawn().axes
+    loss, norm = axis.get_lines()[:2]
+    assert list(loss.get_xdata()) == [0, 1, 2, 3, 4]
+    assert list(loss.get_ydata())[:4] == [1.0, 3.0, 9.0, 81.0] and math.isnan(loss.get_ydata()[4])
+    assert list(norm.get_ydata())[:3] == [2.0, 20.0, 200.0] and math.isnan(norm.get_ydata()[3])
+    marks = [label for label in legend_labels(axis) if "step" in label]
+    assert marks == ([f"alarm (step {alarm})", f"loss inf or nan (step {first_bad})"] if alarm else [])
+    assert axis.get_yscale() == "log" and axis.get_xlabel() == "training step" and axis.get_title()
+
+
+def test_draw_number_formats_draws_each_formats_range_from_finfo(drawn):
+    nb.draw_number_formats()
+    (axis,) = drawn().axes
+    assert [t.get_text() for t in axis.get_yticklabels()] == ["float16", "bfloat16", "float32"]
+    bars = axis.patches  # per format: its subnormal numbers, then its full-precision ones
+    assert len(bars) == 6
+    for row, dtype in enumerate([torch.float16, torch.bfloat16, torch.float32]):
+        info, subnormal, full = torch.finfo(dtype), bars[2 * row], bars[2 * row + 1]
+        assert subnormal.get_x() == pytest.approx(math.log10(info.tiny * info.eps))
+        assert subnormal.get_x() + subnormal.get_width() == pytest.approx(full.get_x())
+        assert full.get_x() == pytest.approx(math.log10(info.tiny))
+        assert full.get_x() + full.get_width() == pytest.approx(math.log10(info.max))
+    assert axis.get_xlabel().startswith("size of the number, log10") and axis.get_title()
+
+
+def test_draw_scale_steps_through_the_scales_and_crosses_the_skipped_steps(drawn):
+    rows = [{"step": 0, "scale": 2.0**16, "skipped": True}, {"step": 1, "scale": 2.0**15, "skipped": False},
+            {"step": 2, "scale": 2.0**15, "skipped": True}, {"step": 3, "scale": 2.0**14, "skipped": False}]
+    nb.draw_scale(rows)
+    (axis,) = drawn().axes
+    (line,) = axis.get_lines()
+    assert list(line.get_ydata()) == [row["scale"] for row in rows]
+    (crosses,) = axis.collections
+    assert crosses.get_offsets().tolist() == [[0, 2.0**16], [2, 2.0**15]]
+    assert axis.get_xlabel() == "training step" and axis.get_ylabel().startswith("scale")
 
 
 # --- The budget of issue 17 ---------------------------------------------------------------------------

@@ -4,6 +4,10 @@ The helpers run for real on the CPU where PyTorch allows it (saved-tensor hooks,
 autocast in bfloat16 and float16, 16-bit weights); the CUDA-only calls (the allocator's peak, memory
 snapshots, NCCL) run against stand-ins shaped like the real API. The last tests launch the FSDP2
 script with torchrun on 2 CPU processes over gloo, as the notebook does.
+
+The plumbing 08 copies from notebook 06 (torchrun_command, run_launchers, is_alive, stop_processes,
+read_parent_map, descendants, key_error_lines, parse_results) is tested on both copies in
+tests/test_06_ddp.py (the tests taking the fixture `plumbing`).
 """
 import ast
 import inspect
@@ -94,6 +98,30 @@ def test_set_to_none_frees_the_gradients_that_zero_filling_keeps():
         nb.memory_of_step(model, adam, *tiny_batch())
         adam.zero_grad(set_to_none=set_to_none)
         assert nb.storage_bytes(p.grad for p in model.parameters()) == held
+
+
+def test_batch_on_makes_the_notebooks_batch_on_the_device_it_is_given(monkeypatch):
+    functions = nb.batch_on.__globals__  # SEQUENCE and FEATURES are set by a cell of work
+    monkeypatch.setitem(functions, "SEQUENCE", 8)
+    monkeypatch.setitem(functions, "FEATURES", 16)
+    inputs, labels = nb.batch_on(torch.device("meta"), 4, seed=3)
+    assert inputs.device.type == labels.device.type == "meta"
+    assert inputs.shape == (4, 8, 16) and labels.shape == (4,)
+    on_cpu, cpu_labels = nb.batch_on("cpu", 4, seed=3)
+    assert torch.equal(on_cpu, tiny_batch(4, seed=3)[0]) and torch.equal(cpu_labels, tiny_batch(4, seed=3)[1])
+
+
+def test_in_mb_gives_megabytes_of_10_to_the_6_bytes_rounded_to_two_places():
+    assert in_mb_row({"weights": 1_234_567, "gradients": 6_000}) == {"weights": 1.23, "gradients": 0.01}
+    rows = nb.in_mb({"batch 8": {"activations": 2_000_000}, "batch 16": {"activations": 4_004_999}})
+    assert rows.loc["activations"].to_dict() == {"batch 8": 2.0, "batch 16": 4.0}
+
+
+def in_mb_row(row):
+    """nb.in_mb of one row (a dictionary of bytes), as the dictionary of megabytes it shows."""
+    table = nb.in_mb([row])
+    assert list(table.columns) == list(row)
+    return table.iloc[0].to_dict()
 
 
 def test_checkpointed_uses_the_non_reentrant_variant():

@@ -7,9 +7,11 @@ are loaded with a stand-in `triton`/`tl` put into builtins for the moment of loa
 become plain functions, and the pure helpers are what these tests call. The kernels themselves run in
 a subprocess that sets TRITON_INTERPRET=1 before it imports triton, as the notebook does: in this
 process another test may already have imported triton (torch.compile does), and then Triton's own
-functions (tl.max, tl.sum) would not run in the interpreter.
+functions (tl.max, tl.sum) would not run in the interpreter. So the coverage report never counts the
+three kernels' bodies (add_kernel, softmax_kernel, matmul_kernel): coverage.py measures this process
+only. Their launch functions (add, softmax, matmul) also run here, with kernels that record the grid
+and the arguments they are launched with.
 """
-import ast
 import builtins
 import importlib.metadata
 import importlib.util
@@ -25,7 +27,7 @@ from unittest import mock
 import pytest
 import torch
 
-from notebook_code import cell_source, load_helpers, notebook_path, read, run_cell
+from notebook_code import cell_source, helper_file, load_helpers, notebook_path, read, run_cell
 
 STAND_IN_TRITON = types.SimpleNamespace(jit=lambda function: function, constexpr=int)
 
@@ -173,6 +175,108 @@ def test_check_kernel_uses_the_tolerance_it_is_given(nb):
     assert nb.matmul_tolerance("interpreter")["rtol"] < tolerance["rtol"]
 
 
+def test_installed_version_reads_the_metadata_or_says_none(nb):
+    assert nb.installed_version("torch") == importlib.metadata.version("torch")
+    assert nb.installed_version("no-such-package-nb09") is None
+
+
+class RecordingKernel:
+    """Stands in for a @triton.jit kernel: `kernel[grid](*args, **meta)` records the launch."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **meta: self.launches.append((grid, args, meta))
+
+
+@pytest.fixture
+def launched(nb, monkeypatch):
+    """The notebook's kernels replaced by RecordingKernels, and `triton` by one with triton.cdiv."""
+    kernels = {name: RecordingKernel() for name in ("add_kernel", "softmax_kernel", "matmul_kernel")}
+    functions = nb.add.__globals__
+    for name, kernel in kernels.items():
+        monkeypatch.setitem(functions, name, kernel)
+    cdiv = lambda x, y: (x + y - 1) // y  # noqa: E731 (triton/__init__.py's cdiv)
+    monkeypatch.setitem(functions, "triton", types.SimpleNamespace(cdiv=cdiv))
+    return kernels
+
+
+def test_add_launches_one_program_per_block_also_for_a_part_filled_last_block(nb, launched):
+    x, y = torch.ones(257), torch.ones(257)
+    for n, programs in ((257, 2), (256, 1)):
+        out = nb.add(x[:n], y[:n], block=256)
+        grid, args, meta = launched["add_kernel"].launches[-1]
+        assert grid == (programs,) and meta == {"BLOCK": 256}
+        assert args[3] == n and args[2] is out and out.shape == (n,)
+
+
+def test_softmax_launches_one_program_per_row_of_a_contiguous_copy(nb, launched):
+    x = torch.randn(100, 3).T  # 3 rows of 100, not contiguous
+    out = nb.softmax(x)
+    ((grid, (out_arg, x_arg, cols, row_stride), meta),) = launched["softmax_kernel"].launches
+    assert grid == (3,) and cols == 100 and meta == {"BLOCK": 128}
+    assert x_arg.is_contiguous() and torch.equal(x_arg, x) and row_stride == 100 and out_arg is out
+
+
+def test_matmul_launches_one_program_per_tile_of_the_result(nb, launched):
+    a, b = torch.randn(33, 17), torch.randn(31, 17).T  # b not contiguous: its strides are passed
+    c = nb.matmul(a, b, blocks=(16, 32, 64))
+    ((grid, args, meta),) = launched["matmul_kernel"].launches
+    assert grid == (3, 1) and args[3:6] == (33, 31, 17)
+    assert args[6:12] == (17, 1, 1, 17, 31, 1) and args[2] is c and c.dtype == torch.float32
+    assert meta == {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64}
+
+
+def test_softmax_in_steps_matches_torch_and_stays_finite_for_large_scores(nb):
+    scores = torch.tensor([[1000.0, 1001.0, 999.0], [0.0, -1.0, 2.0]])
+    torch.testing.assert_close(nb.softmax_in_steps(scores), torch.softmax(scores, dim=1))
+
+
+def test_add_relu_double_is_the_three_operations_its_kernel_name_lists(nb):
+    # The prose names Inductor's kernel triton_poi_fused_add_mul_relu_0: the operations it fuses.
+    graph = torch.fx.symbolic_trace(nb.add_relu_double).graph
+    assert sorted(node.target.__name__ for node in graph.nodes if node.op == "call_function") == [
+        "add", "mul", "relu"]
+    assert nb.add_relu_double(torch.tensor([1.0, -3.0]), torch.tensor([0.5, 1.0])).tolist() == [3.0, 0.0]
+
+
+@pytest.fixture
+def drawn():
+    """The figure a drawing function of the notebook made (it draws on a new one), closed after."""
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    yield plt.gcf
+    plt.close("all")
+
+
+@pytest.mark.parametrize("n, block, programs, masked", [(10, 4, 3, 2), (8, 4, 2, 0), (9, 4, 3, 3)])
+def test_the_grid_of_programs_masks_exactly_the_positions_past_the_end(nb, drawn, n, block, programs,
+                                                                       masked):
+    nb.draw_grid_of_programs(n, block)
+    (axis,) = drawn().axes
+    squares = [patch for patch in axis.patches if patch.get_width() == 0.9]
+    labels = [text.get_text() for text in axis.texts]
+    assert len(squares) == programs * block and labels.count("masked") == masked
+    assert [label for label in labels if label != "masked"] == [str(p) for p in range(n)]
+    assert sum(square.get_hatch() == "//" for square in squares) == masked
+    assert axis.get_title().endswith(f"{programs} programs") and axis.get_xlabel() and axis.get_ylabel()
+
+
+def test_the_tiles_of_a_and_b_read_for_one_tile_of_c(nb, drawn):
+    nb.draw_tiles(M=6, N=8, K=4, block=2, tile=(1, 2))
+    a, b, c = drawn().axes
+    white = (1.0, 1.0, 1.0, 1.0)
+    used = {name: [patch.get_xy() for patch in axis.patches if patch.get_facecolor() != white]
+            for name, axis in (("A", a), ("B", b), ("C", c))}
+    assert used == {"A": [(0, 2), (2, 2)],  # row of tiles 1 of A, K = 4 in 2 steps
+                    "B": [(4, 0), (4, 2)],  # column of tiles 2 of B
+                    "C": [(4, 2)]}  # the tile (1, 2) of C
+    assert [t.get_text() for t in a.texts] == ["k = 0", "k = 1"] == [t.get_text() for t in b.texts]
+    assert len(c.texts) == 0 and [axis.get_title() for axis in (a, b, c)] == ["A", "B", "C = A · B"]
+
+
 # --- Byte counts and block sizes --------------------------------------------------------------------
 
 @pytest.mark.parametrize("n_cols, block", [(1, 1), (2, 2), (3, 4), (64, 64), (65, 128), (1000, 1024)])
@@ -247,20 +351,33 @@ def test_speed_table_from_stand_in_timings(nb, capsys):
     assert math.isnan(no_peaks.share_of_peak_pct.iloc[0])
 
 
-def test_step_4_gpu_branch_runs_with_stand_ins(nb):
-    """The `speed` cell as a GPU runs it: torch.compile, the device name and time_it are stand-ins."""
+def run_speed_cell(nb, mode, gpu_name="Tesla T4"):
+    """The `speed` cell in Triton mode `mode`; on a GPU (compiled) torch.compile, the device name and
+    time_it are stand-ins. Returns what it displayed and what it printed."""
     shown = []
     stand_in_torch = types.SimpleNamespace(
         compile=lambda function: function, softmax=torch.softmax,
-        cuda=types.SimpleNamespace(get_device_name=lambda device: "Tesla T4"))
-    namespace = {**vars(nb), "TRITON_MODE": "compiled", "torch": stand_in_torch,
-                 "device": torch.device("cuda"), "display": shown.append,
+        cuda=types.SimpleNamespace(get_device_name=lambda device: gpu_name))
+    namespace = {**vars(nb), "TRITON_MODE": mode, "torch": stand_in_torch,
+                 "device": torch.device("cuda" if mode == "compiled" else "cpu"), "display": shown.append,
                  "time_it": lambda function, device, repeats, warmup: 2e-3,
                  "x": torch.ones(100), "y": torch.ones(100), "matrix": torch.ones(4, 10),
                  "a": torch.ones(8, 4), "b": torch.ones(4, 6)}
-    run_cell("09", "speed", namespace)
-    (table,) = shown
-    assert len(table) == 8 and table.ms.eq(2.0).all() and table.share_of_peak_pct.notna().all()
+    return shown, run_cell("09", "speed", namespace)
+
+
+@pytest.mark.parametrize("gpu_name, known", [("Tesla T4", True), ("NVIDIA L40S", False)])
+def test_step_4_gpu_branch_runs_with_stand_ins(nb, gpu_name, known):
+    (table,), printed = run_speed_cell(nb, "compiled", gpu_name)
+    assert len(table) == 8 and table.ms.eq(2.0).all()
+    assert table.share_of_peak_pct.notna().all() == known
+    assert ("Your GPU is not in PUBLISHED_PEAKS" in printed) != known
+
+
+@pytest.mark.parametrize("mode", ["interpreter", "shown"])
+def test_step_4_without_a_gpu_times_nothing_and_says_why(nb, mode):
+    shown, printed = run_speed_cell(nb, mode)
+    assert shown == [] and printed == nb.no_timing_message(mode) + "\n"
 
 
 def test_no_timing_message_says_why(nb):
@@ -358,17 +475,26 @@ def test_generated_kernels_from_a_cpp_log_and_from_two(nb):
 
 # --- The kernels themselves, under Triton's interpreter ----------------------------------------------
 
-KERNEL_FUNCTIONS = ["add_kernel", "add", "softmax_in_steps", "softmax_kernel", "softmax_block",
-                    "softmax", "matmul_kernel", "matmul", "check_kernel", "matmul_tolerance"]
-
 RUNNER = r'''
-import json, os, sys
+import builtins, json, os, sys
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported, as the notebook does
 import torch
 import triton
 import triton.language as tl
-sys.path.insert(0, sys.argv[1])
-from kernels09 import *
+
+# The notebook's definitions from load_helpers' file, as tests/notebook_code.py runs them, with the real
+# triton and tl (the notebook imports them in its plan cell, whose work load_helpers leaves out).
+# Triton's interpreter recompiles each kernel from that file, so coverage.py, started here when the
+# test run measures the helpers, counts the kernels' lines in the report.
+helpers, data_file = sys.argv[1], sys.argv[2]
+builtins.triton, builtins.tl = triton, tl
+if data_file:
+    import coverage
+    measurement = coverage.Coverage(data_file=data_file, data_suffix=True, branch=True,
+                                    include=[helpers], config_file=False)
+    measurement.start()
+with open(helpers) as source:
+    exec(compile(source.read(), helpers, "exec"), globals())
 
 failures = []
 def expect(name, status, verdict):
@@ -390,28 +516,20 @@ for (M, N, K), blocks in (((32, 32, 32), (32, 32, 32)), ((33, 31, 17), (32, 32, 
     a, b = torch.randn(M, K), torch.randn(K, N)
     expect(M, *check_kernel(f"matmul {M}x{N}x{K} {blocks}", lambda: matmul(a, b, blocks), a @ b,
                             "interpreter", **matmul_tolerance("interpreter"))[:2])
+if data_file:
+    measurement.stop()
+    measurement.save()
 print(json.dumps(failures))
 '''
 
 
-def kernel_module_source():
-    """The notebook's kernels and their launch functions, as a module file (decorators kept)."""
-    wanted = {}
-    for cell in read(notebook_path("09")).cells:
-        if cell.cell_type == "code":
-            for node in ast.parse(cell.source).body:
-                if isinstance(node, ast.FunctionDef) and node.name in KERNEL_FUNCTIONS:
-                    wanted[node.name] = ast.unparse(node)
-    assert sorted(wanted) == sorted(KERNEL_FUNCTIONS)
-    header = "import math\nimport torch\nimport triton\nimport triton.language as tl\n\n\n"
-    return header + "\n\n\n".join(wanted[name] for name in KERNEL_FUNCTIONS) + "\n"
-
-
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton installed")
-def test_the_kernels_match_pytorch_under_the_interpreter_at_their_block_boundaries(tmp_path):
-    (tmp_path / "kernels09.py").write_text(kernel_module_source())
+def test_the_kernels_match_pytorch_under_the_interpreter_at_their_block_boundaries(nb, request):
+    measurement = request.config.helper_coverage  # None when the run does not measure the helpers
+    data_file = measurement.coverage.config.data_file if measurement is not None else ""
     environment = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", RUNNER, str(tmp_path)], env=environment,
+    result = subprocess.run([sys.executable, "-c", RUNNER, str(helper_file("09")), data_file],
+                            env=environment,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []
