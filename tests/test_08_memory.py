@@ -15,7 +15,6 @@ import os
 import socket
 import subprocess
 import sys
-import types
 
 import pandas as pd
 import pytest
@@ -568,22 +567,6 @@ def test_port_is_free_sees_a_listening_socket():
     assert nb.port_is_free(port)
 
 
-PARENT_WITH_DETACHED_CHILD = """
-import subprocess, sys, time
-subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
-print("child started", flush=True)
-time.sleep(600)
-"""
-
-
-def test_the_time_limit_stops_a_program_and_its_detached_child():
-    run = nb.run_launchers([[sys.executable, "-c", PARENT_WITH_DETACHED_CHILD]], time_limit_s=8, echo=False)
-    assert run["stopped"] and "time limit" in run["stopped"]
-    assert any("child started" in line for _, line in run["output"])
-    assert len(run["started"]) == 1 and run["leftovers"] == []
-    assert all(not nb.is_alive(pid) for pid in run["started"])
-
-
 def test_fsdp2_on_two_cpu_processes_holds_half_and_matches_one_process(tmp_path):
     script = nb.write_script(tmp_path / "08_train_fsdp.py", [nb.SCRIPT_TOP, nb.SCRIPT_MODEL, nb.SCRIPT_MAIN])
     args = ["--width", 32, "--depth", 1, "--batch", 8, "--sequence", 8, "--steps", 2, "--cpu"]
@@ -634,38 +617,6 @@ def test_every_gpu_branch_has_a_test_that_exists():
 
 
 # --- Issue 21: the side a Windows machine and a GPU machine take, run with stand-ins ------------------
-
-def is_alive_elsewhere(monkeypatch, tmp_path, os_name):
-    """nb.is_alive as on a system without /proc and without psutil (Windows, or a bare macOS), whose
-    os.name is `os_name`; returns the signals it sent, as (pid, signal)."""
-    sent = []
-
-    def kill(pid, signal_number):
-        sent.append((pid, signal_number))
-        os.kill(pid, signal_number)
-
-    monkeypatch.setitem(nb.is_alive.__globals__, "proc_dir", lambda: tmp_path / "no-proc")
-    monkeypatch.setitem(nb.is_alive.__globals__, "os", types.SimpleNamespace(name=os_name, kill=kill))
-    monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` raises ImportError
-    return sent
-
-
-@pytest.mark.gpu_branch("08", "is_alive: os.name != 'posix'")
-def test_is_alive_on_windows_without_psutil_sends_no_signal(monkeypatch, tmp_path):
-    # On Windows os.kill(pid, 0) does not ask: every signal but CTRL_C_EVENT and CTRL_BREAK_EVENT
-    # ends the process with TerminateProcess (Python's documentation of os.kill).
-    sent = is_alive_elsewhere(monkeypatch, tmp_path, "nt")
-    assert nb.is_alive(os.getpid()) is False and sent == []
-
-
-def test_is_alive_on_a_posix_system_without_proc_or_psutil_asks_with_signal_0(monkeypatch, tmp_path):
-    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
-                              capture_output=True, text=True)
-    sent = is_alive_elsewhere(monkeypatch, tmp_path, "posix")
-    assert nb.is_alive(os.getpid()) is True
-    assert nb.is_alive(int(finished.stdout)) is False  # ended and reaped: no such process
-    assert sent == [(os.getpid(), 0), (int(finished.stdout), 0)]
-
 
 @pytest.mark.gpu_branch("08", "cell cell-26: device.type == 'cuda'")
 @pytest.mark.parametrize("device_type, capability, low", [
