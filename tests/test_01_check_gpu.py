@@ -5,6 +5,7 @@ import re
 import stat
 import sys
 import textwrap
+import time
 import types
 
 import pytest
@@ -479,6 +480,35 @@ def test_step_6_is_skipped_with_a_message_without_fastai(monkeypatch):
     printed = run_cell("01", "cell-23", {"UNAVAILABLE": {"fastai"}, "device": torch.device("cpu"),
                                          "torch": torch})
     assert printed.startswith("Step 6 skipped: fastai")
+
+
+@pytest.mark.parametrize("fastai_device, device, verdict", [
+    # fastai's default_device() on a CUDA GPU: torch.device(torch.cuda.current_device()), i.e. cuda:0
+    (torch.device(0), torch.device("cuda"), "the same kind"),
+    (torch.device("cpu"), torch.device("mps"), "a DIFFERENT kind"),  # e.g. defaults.use_cuda = False
+])
+def test_step_6_compares_fastais_default_device_with_the_notebooks(monkeypatch, fastai_device, device,
+                                                                  verdict):
+    torch_core = types.ModuleType("fastai.torch_core")
+    torch_core.default_device = lambda: fastai_device
+    monkeypatch.setitem(sys.modules, "fastai", types.ModuleType("fastai"))
+    monkeypatch.setitem(sys.modules, "fastai.torch_core", torch_core)
+    printed = run_cell("01", "cell-23", {"UNAVAILABLE": set(), "device": device, "torch": torch})
+    assert printed == (f"fastai's default device: {fastai_device} | this notebook's device: {device} | "
+                       f"{verdict}\n")
+
+
+def test_diagnose_gives_the_first_rule_that_applies_and_nothing_when_none_does(monkeypatch):
+    asked = []
+
+    def rule(answer):
+        return lambda facts: asked.append(answer) or answer
+
+    functions = nb.diagnose.__globals__
+    monkeypatch.setitem(functions, "diagnosis_rules", lambda: [rule(None), rule("B"), rule("C")])
+    assert nb.diagnose({}) == ["B"] and asked == [None, "B"]
+    monkeypatch.setitem(functions, "diagnosis_rules", lambda: [rule(None)])
+    assert nb.diagnose({}) == []
 
 
 # --- Issue 21: every decision pinned at its edges ------------------------------------------------------
@@ -1097,3 +1127,34 @@ def test_synchronized_clock_waits_for_the_device_before_each_reading(monkeypatch
     clock = nb.synchronized_clock("cuda")
     first, second = clock(), clock()
     assert waited == ["cuda", "cuda"] and second >= first
+
+
+# --- Issue 21: the two measurements, run for real on the CPU -------------------------------------------
+
+@pytest.fixture
+def clocks(monkeypatch):
+    """synchronized_clock replaced by one that notes the device it waits for and each reading."""
+    readings = []
+
+    def synchronized_clock(on_device):
+        def clock():
+            readings.append(on_device)
+            return time.perf_counter()
+        return clock
+
+    monkeypatch.setitem(nb.matmul_gflops.__globals__, "synchronized_clock", synchronized_clock)
+    monkeypatch.setitem(nb.matmul_gflops.__globals__, "MIN_RUN_SECONDS", 0.02)
+    return readings
+
+
+def test_matmul_speed_is_timed_on_a_clock_that_waits_for_the_device(clocks):
+    gflops = nb.matmul_gflops(torch.device("cpu"), 64)
+    assert 0.01 < gflops < 1e5  # 2 × 64³ FLOPs per product; a CPU core does 1 to 1,000 GFLOP/s
+    assert clocks and set(clocks) == {torch.device("cpu")}
+
+
+def test_a_copy_is_timed_on_a_clock_that_waits_for_the_device(clocks):
+    source = torch.ones(1 << 18)  # 1 MiB of float32
+    gbps = nb.copy_gbps(source, torch.device("cpu"))
+    assert 0.01 < gbps < 1e4
+    assert clocks and set(clocks) == {torch.device("cpu")}

@@ -19,6 +19,7 @@ own answers: torch.cuda.get_device_capability's (major, minor), and a profile of
 profiler's own FunctionEvent and EventList classes.
 """
 import ast
+import itertools
 import logging
 import math
 import os
@@ -745,9 +746,10 @@ def test_cuda_graphs_mark_every_step(on_cpu, monkeypatch):
 
 @pytest.fixture
 def tiny_setting(on_cpu, shapes_module, monkeypatch):
-    """The notebook's measuring machinery on a small setting of its own, on the CPU."""
+    """The notebook's measuring machinery on a small setting of its own, on the CPU (41 steps: with
+    3 rounds of 2 warm-up steps, one step is left for every run to finish after the rounds)."""
     settings = {"tiny": dict(feed="decoded, on the device", batch_size=8, width=4, image_size=16,
-                             source_size=32, count=64, steps=40)}
+                             source_size=32, count=64, steps=41)}
     for name, value in {"SETTINGS": settings, "shapes": shapes_module, "TEST_COUNT": 32,
                         "_data_cache": {}, "ROUNDS": 3, "ROUND_WARMUP": 2,
                         "progress_bar": lambda items: items}.items():
@@ -1250,3 +1252,144 @@ def test_on_a_cpu_fastais_mixed_precision_leaves_float32_and_the_notebooks_callb
     printed = " ".join(run_cell("05", "cell-81", namespace).split())
     assert printed == ("On cpu, learn.to_bf16() left the convolutions in float32: fastai's callback opens CUDA "
                        "autocast only. The DeviceAutocast callback ran them in bfloat16.")
+
+
+# --- Issue 21: the helpers' remaining branches --------------------------------------------------------
+
+def test_before_pytorch_2_9_run_conditions_switch_tf32_with_allow_tf32(monkeypatch):
+    # PyTorch 2.8 and older (Colab's and Kaggle's images can lag) have no matmul.fp32_precision; their
+    # switch is torch.backends.cuda.matmul.allow_tf32, a bool (PyTorch's CUDA semantics notes).
+    old_matmul = types.SimpleNamespace(allow_tf32=False)
+    monkeypatch.setattr(torch.backends.cuda, "matmul", old_matmul)
+    with nb.run_conditions(tf32=False):
+        assert old_matmul.allow_tf32 is False
+    with nb.run_conditions(tf32=True):
+        assert old_matmul.allow_tf32 is True
+    assert old_matmul.allow_tf32 is False and not hasattr(old_matmul, "fp32_precision")
+
+
+def test_report_names_the_variants_not_run_of_its_setting_only_and_a_busy_machine(capsys):
+    measured = dict(setting="big model", loss=0.5, slowest_x=1.0, fastest_x=1.0, spread_pct=1.0)
+    rows = [{**measured, "variant": "baseline", "speedup_x": 1.0},
+            {**measured, "variant": "fused", "speedup_x": 1.0},
+            {"setting": "big model", "variant": "cudnn.benchmark", "not_run": "needs an NVIDIA GPU"},
+            {"setting": "tiny batches", "variant": "CUDA graphs", "not_run": "needs an NVIDIA GPU"}]
+    nb.report(rows, "big model")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1:] == ["cudnn.benchmark: not run, needs an NVIDIA GPU."]
+    assert printed[0].startswith("fused: about the same")
+    rows[1]["spread_pct"] = up(nb.BUSY_SPREAD_PCT)
+    nb.report(rows, "big model")
+    assert "'fused'" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_a_variant_without_a_note_of_its_own_gets_an_empty_note():
+    assert nb.gpu_note("a fix nobody wrote a note for") == ("", "")
+    assert nb.gpu_note("cudnn.benchmark") == nb.GPU_NOTES["cudnn.benchmark"]
+
+
+def test_a_setting_that_decodes_on_every_read_gets_endless_batches_from_a_dataloader(tiny_setting,
+                                                                                    on_cpu):
+    on_cpu["SETTINGS"][tiny_setting]["feed"] = "decode on every read"
+    run = nb.make_run(tiny_setting)
+    per_epoch = on_cpu["SETTINGS"][tiny_setting]["count"] // 8
+    shapes = [tuple(images.shape) for images, _ in itertools.islice(run.batches, per_epoch + 2)]
+    assert shapes == [(8, 3, 16, 16)] * (per_epoch + 2)  # the loader starts again after an epoch
+
+
+def cnn_flops_by_hand(width, batch, size, classes=4):
+    """FLOPs of the notebook's CNN, forward and backward, counted by hand: a convolution or linear
+    layer does 2 FLOPs per multiply-add forward and as many again for each gradient it computes (the
+    first convolution computes no gradient of the input pictures)."""
+    conv = lambda c_in, c_out, side: 2 * batch * c_out * side * side * c_in * 9  # noqa: E731
+    first = conv(3, width, size)
+    others = conv(width, 2 * width, size // 2) + conv(2 * width, 4 * width, size // 4)
+    linear = 2 * batch * 4 * width * classes
+    return 2 * first + 3 * others + 3 * linear
+
+
+def test_flops_per_step_matches_a_count_by_hand(tiny_setting, on_cpu):
+    s = on_cpu["SETTINGS"][tiny_setting]
+    assert nb.flops_per_step(tiny_setting) == cnn_flops_by_hand(s["width"], s["batch_size"],
+                                                                s["image_size"])
+
+
+@pytest.fixture
+def profiled_on_cpu(on_cpu, monkeypatch):
+    """on_cpu with the profiler's activities that the settings cell chooses on a CPU (tested above)."""
+    monkeypatch.setitem(on_cpu, "PROFILER_ACTIVITIES", [ProfilerActivity.CPU])
+    return on_cpu
+
+
+def test_operations_per_step_counts_each_part_but_not_the_data(profiled_on_cpu):
+    run = tiny_run({})
+    parts = nb.operations_per_step(lambda: nb.train_step(run))
+    assert {"forward", "backward", "optimizer"} <= set(parts) and "data" not in parts
+    assert all(count > 0 for count in parts.values())
+    assert parts["backward"] > parts["forward"] / 2  # every layer's backward is an operation too
+
+
+def test_launch_overhead_and_throughput_are_measured_on_the_device(profiled_on_cpu):
+    assert 0 < nb.launch_overhead_seconds(repeats=3) < 0.01  # seconds per operation
+    assert nb.matmul_flop_per_second(64) > 1e6
+
+
+def test_time_parts_gives_a_median_per_part_of_the_step(on_cpu):
+    parts = nb.time_parts(tiny_run({}), steps=3, warmup=1)
+    assert set(parts) == {"data", "forward", "backward", "optimizer"}
+    assert all(seconds > 0 for seconds in parts.values())
+
+
+def test_scaled_features_branch_on_the_values():
+    images = torch.ones(2, 3, 4, 4)
+    torch.testing.assert_close(nb.scaled_features(images), torch.full((2, 3), 2 / 6))
+    torch.testing.assert_close(nb.scaled_features(-images), torch.zeros(2, 3))  # relu: sum is 0
+
+
+def test_draw_speedups_draws_one_bar_per_measured_fix_with_its_rounds(on_cpu):
+    import matplotlib.pyplot as plt
+
+    row = dict(setting="big model", loss=0.5, baseline=False)
+    rows = [{**row, "variant": "baseline", "baseline": True, "speedup_x": 1.0, "slowest_x": 1.0,
+             "fastest_x": 1.0},
+            {**row, "variant": "fused", "speedup_x": 1.2, "slowest_x": 1.1, "fastest_x": 1.4},
+            {**row, "variant": "bf16", "speedup_x": 0.8, "slowest_x": 0.7, "fastest_x": 0.9},
+            {"setting": "big model", "variant": "cudnn.benchmark", "not_run": "needs a GPU"}]
+    figure = nb.draw_speedups(rows, "Speed-ups")
+    (axis,) = figure.axes
+    bars = {tick.get_text(): bar.get_width() for tick, bar in zip(axis.get_yticklabels(), axis.patches)}
+    assert bars == {"big model: bf16": 0.8, "big model: fused": 1.2}
+    assert axis.get_xscale() == "log" and axis.get_title() == "Speed-ups"
+    low, high = axis.get_xlim()
+    assert low < 0.7 and high > 1.4
+    plt.close(figure)
+
+
+def test_the_dataset_module_is_rewritten_only_when_its_code_changed(tmp_path):
+    nb.load_dataset_module(tmp_path)
+    path = tmp_path / f"{nb.DATASET_MODULE}.py"  # (the module itself may come from an earlier import)
+    os.utime(path, ns=(0, 0))  # mark the file: a rewrite would give it a new modification time
+    nb.load_dataset_module(tmp_path)
+    assert os.stat(path).st_mtime_ns == 0
+    with open(path, "a") as file:
+        file.write("# changed by hand\n")
+    nb.load_dataset_module(tmp_path)
+    assert os.stat(path).st_mtime_ns != 0 and "changed by hand" not in open(path).read()
+
+
+@pytest.mark.parametrize("device_type, mixed, dtypes, expected", [
+    # a T4: fastai's to_fp16 opens CUDA autocast, so the convolutions run in float16
+    ("cuda", "to_fp16", {"learn.to_fp16()": "float16"}, "fastai's mixed precision works"),
+    # a CPU or a Mac: fastai's callback opens CUDA autocast only; the notebook's own callback works
+    ("cpu", "to_bf16", {"learn.to_bf16()": "float32", "DeviceAutocast callback": "bfloat16"},
+     "left the convolutions in float32: fastai's callback opens CUDA autocast only. The "
+     "DeviceAutocast callback ran them in bfloat16."),
+    ("cpu", "to_bf16", {}, ""),  # fastai not installed: the part is skipped
+])
+def test_what_the_fastai_runs_say_on_a_gpu_and_elsewhere(device_type, mixed, dtypes, expected):
+    rows = {label: {"first_conv_dtype": dtype} for label, dtype in dtypes.items()}
+    namespace = {"FASTAI": bool(dtypes), "FASTAI_MIXED": mixed, "fastai_rows": rows,
+                 "device": torch.device(device_type)}
+    printed = run_cell("05", "cell-81", namespace)
+    assert (expected in printed) if expected else printed == ""
+    assert printed.startswith(f"On {device_type}, learn.{mixed}()") or not dtypes
