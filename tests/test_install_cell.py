@@ -23,6 +23,7 @@ def test_version_tuple_reads_release_local_and_pre_release_versions():
     assert nb.version_tuple("2.6") == nb.version_tuple("2.6.0")  # padded, so equal releases compare equal
     assert nb.version_tuple("9.0.0rc1") == (9, 0, 0, 0)
     assert nb.version_tuple("2.10.0") > nb.version_tuple("2.9.1")  # numbers, not strings
+    assert nb.version_tuple("2.9.dev20250101") == (2, 9, 0, 0)  # a part without a number ends it
 
 
 def fake_versions(installed):
