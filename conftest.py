@@ -10,6 +10,14 @@ from pathlib import Path
 
 import pytest
 
+# One PyTorch thread per process during the test run: two workers share two cores, and PyTorch's
+# OpenMP threads wait for each other by spinning, so two processes of two threads each slow down
+# many times over. Measured on the 2-core build machine, notebooks 04 and 05 in fast mode side by
+# side (tests/time_notebooks.py): 128 s and 145 s with PyTorch's default threads, 13 s and 39 s with
+# one each (alone: 12 s and 34 s). Set before anything imports torch; notebook kernels, the browser
+# test's JupyterLab and other child processes inherit it (06's and 08's launches set their own).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # The tests' own modules (notebook_code, helper_coverage) live in tests/, which has no __init__.py.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
 pytest_plugins = ["helper_coverage"]  # branch coverage of the notebooks' helpers, printed at the end
