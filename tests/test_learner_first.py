@@ -122,6 +122,72 @@ def test_the_core_links_its_terms_to_words_readmes_glossary_explains(path):
         assert any(term in word or word in term for term in terms), f"{word!r} is not in README's glossary"
 
 
+# A glossary word whose first use in a core means something else there: (notebook, term): why.
+OTHER_MEANING = {
+    ("01", "backend"): "PyTorch's device backends (CUDA, MPS), not a process group's backend",
+    ("06", "launch"): "a launch of torchrun (starting processes), not of a GPU kernel",
+    ("08", "launch"): "notebook 06's launches of torchrun, not of a GPU kernel",
+}
+ACRONYMS = {"cuda": "CUDA", "mps": "MPS", "rocm": "ROCm"}  # matched in their own case only
+
+
+def masked_prose(text):
+    """`text` with headings, code blocks, code spans and link targets blanked (positions kept)."""
+    blank = lambda match: " " * len(match.group())  # noqa: E731
+    text = re.sub(r"^#.*$", blank, text, flags=re.M)
+    text = re.sub(r"```.*?```", blank, text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", blank, text)
+    return re.sub(r"\]\([^)]*\)", lambda match: "]" + blank(match)[1:], text)
+
+
+def first_use(term, prose):
+    """The first use of `term` (or its plural) as a word of its own in `prose`, or None."""
+    word = ACRONYMS.get(term, term)
+    pattern = rf"(?<![-\w]){re.escape(word)}(s|es)?(?![-\w])"
+    return re.search(pattern, prose, 0 if term in ACRONYMS else re.IGNORECASE)
+
+
+def unlinked_first_uses(notebook, number, terms):
+    """[(term, the words around it)] for each glossary term whose first use in the core's prose is
+    not a link to the glossary (headings and code do not count as uses)."""
+    text = core_markdown(notebook)
+    prose = masked_prose(text)
+    links = [(link.start(), link.end()) for link in GLOSSARY_LINK.finditer(text)]
+    found = []
+    for term in sorted(terms):
+        use = first_use(term, prose)
+        if use and (number, term) not in OTHER_MEANING and not any(a <= use.start() < b for a, b in links):
+            found.append((term, " ".join(text[max(0, use.start() - 40):use.end() + 20].split())))
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
+def test_every_glossary_term_is_linked_where_the_core_first_uses_it(path):
+    assert unlinked_first_uses(read(path), path.name[:2], glossary_terms()) == []
+
+
+def test_a_first_use_counts_only_in_prose_and_only_when_it_is_the_link():
+    def notebook(*texts):
+        return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(t) for t in texts])
+
+    terms = {"tensor", "cuda", "launch"}
+    linked = "A [tensor](../README.md#glossary) lives on a device; a tensor is PyTorch's array."
+    assert unlinked_first_uses(notebook("# Tensors", linked), "02", terms) == []
+    later = "Every tensor has a device. A [tensor](../README.md#glossary) again."
+    assert unlinked_first_uses(notebook(later), "02", terms)[0][0] == "tensor"
+    # in code, in a heading, in a compound word or in a link's address it is no use; plurals are
+    assert unlinked_first_uses(notebook("`tensor` and a launch-bound step", "[x](tensor.html)"),
+                               "02", terms) == []
+    assert [t for t, _ in unlinked_first_uses(notebook("Two tensors."), "02", terms)] == ["tensor"]
+    # acronyms only in their own case; a first use that means something else is listed as such
+    assert unlinked_first_uses(notebook("a cuda-free CPU, Cuda"), "02", terms) == []
+    assert [t for t, _ in unlinked_first_uses(notebook("CUDA"), "02", terms)] == ["cuda"]
+    assert unlinked_first_uses(notebook("how long a launch may take"), "06", terms) == []
+    assert [t for t, _ in unlinked_first_uses(notebook("a launch"), "07", terms)] == ["launch"]
+    # a use after the Summary heading is not in the core
+    assert unlinked_first_uses(notebook("Intro.", "## Summary\n\nA tensor."), "02", terms) == []
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
 def test_kernel_says_which_kernel_at_its_first_use_and_a_restart_names_jupyters(path):
     prose = " ".join(" ".join(cell.source for cell in read(path).cells
