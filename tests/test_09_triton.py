@@ -18,6 +18,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -227,6 +228,17 @@ def test_matmul_launches_one_program_per_tile_of_the_result(nb, launched):
     assert args[6:12] == (17, 1, 1, 17, 31, 1) and args[2] is c and c.dtype == torch.float32
     assert meta == {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64}
 
+
+@pytest.mark.parametrize("blocks, reason", [((48, 32, 32), "48 is not a power of two"),
+                                            ((32, 32, 8), "8 is below 16")])
+def test_matmul_refuses_block_sizes_triton_cannot_use_in_plain_words_before_any_launch(
+        nb, launched, blocks, reason):
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    with pytest.raises(ValueError, match=re.escape(f"block sizes {blocks} cannot be used: {reason}")):
+        nb.matmul(a, b, blocks=blocks)
+    assert launched["matmul_kernel"].launches == []
+    nb.matmul(a, b, blocks=(16, 16, 16))  # the smallest allowed tile launches
+    assert len(launched["matmul_kernel"].launches) == 1
 
 def test_softmax_in_steps_matches_torch_and_stays_finite_for_large_scores(nb):
     scores = torch.tensor([[1000.0, 1001.0, 999.0], [0.0, -1.0, 2.0]])
