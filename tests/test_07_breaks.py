@@ -17,6 +17,7 @@ The branches a learner's GPU, Mac or AMD machine takes, and the test that execut
   test_nondeterminism_verdict_for_each_case.
 Nothing here needs a GPU.
 """
+import ast
 import math
 import os
 import signal
@@ -551,6 +552,37 @@ def test_a_worker_error_carries_the_workers_traceback(files_module):
     message, raised_in = nb.first_error(DataLoader(broken, batch_size=8, num_workers=0))
     assert raised_in.startswith("nb07_files.py") and "worker" not in message
 
+
+
+class HangingSamples(torch.utils.data.Dataset):
+    """Every sample takes far longer than the loader's timeout (a worker stuck on a network drive)."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        time.sleep(60)
+        return torch.zeros(1)
+
+
+def test_a_hanging_worker_ends_at_the_loaders_timeout_and_is_triaged_as_a_worker_problem():
+    start = time.monotonic()
+    message, _ = nb.first_error(DataLoader(HangingSamples(), batch_size=2, num_workers=1, timeout=1))
+    assert message == "RuntimeError: DataLoader timed out after 1 seconds"
+    assert time.monotonic() - start < 30, "the timeout, not the 60 s sample, ended the wait"
+    assert nb.triage(message) == 5
+
+
+def test_every_loader_with_workers_in_the_notebook_has_a_time_limit():
+    loaders = [call for cell in read(notebook_path("07")).cells if cell.cell_type == "code"
+               for call in ast.walk(ast.parse(cell.source))
+               if isinstance(call, ast.Call) and ast.unparse(call.func) == "DataLoader"]
+    with_workers = [call for call in loaders
+                    if any(k.arg == "num_workers" and ast.unparse(k.value) != "0" for k in call.keywords)]
+    assert len(with_workers) == 2, [ast.unparse(call) for call in loaders]
+    for call in with_workers:
+        assert any(k.arg == "timeout" and ast.literal_eval(k.value) > 0 for k in call.keywords), \
+            ast.unparse(call)
 
 def test_broken_samples_finds_the_one_cut_short(files_module):
     broken = files_module.PictureFiles(32, broken_index=21)
