@@ -99,6 +99,10 @@ def test_the_core_fits_a_workshop_slot(path):
     minutes = workshop_minutes(notebook)
     assert minutes, "a title-table row whose first cell says 'Workshop' gives the minutes it takes"
     assert all(0 < estimate <= SLOT_MINUTES for estimate in minutes), minutes
+    for row in [line for line in notebook.cells[0].source.splitlines() if line.startswith("| Workshop")]:
+        columns = [column.strip() for column in row.strip("|").split("|")]
+        if len(columns) == 3:  # a CPU column and a GPU column: the T4's estimate is the GPU's
+            assert "T4" in columns[2] and "T4" not in columns[1], row
 
 
 GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(\.\./README\.md#glossary\)")
