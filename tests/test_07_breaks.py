@@ -19,6 +19,7 @@ Nothing here needs a GPU.
 """
 import ast
 import math
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -543,7 +544,10 @@ def files_module(tmp_path_factory):
 
 def test_a_worker_error_carries_the_workers_traceback(files_module):
     broken = files_module.PictureFiles(32, broken_index=21)
-    message, raised_in = nb.first_error(DataLoader(broken, batch_size=8, num_workers=1))
+    before = set(multiprocessing.active_children())
+    message, raised_in = nb.first_error(DataLoader(broken, batch_size=8, num_workers=2))
+    # the loader's workers end with first_error, not whenever the garbage collector gets to them
+    assert set(multiprocessing.active_children()) == before
     assert "Caught RuntimeError in DataLoader worker process 0" in message
     assert "Original Traceback" in message and "nb07_files.py" in message
     assert "invalid for input of size 63" in message
@@ -567,8 +571,10 @@ class HangingSamples(torch.utils.data.Dataset):
 
 def test_a_hanging_worker_ends_at_the_loaders_timeout_and_is_triaged_as_a_worker_problem():
     start = time.monotonic()
+    before = set(multiprocessing.active_children())
     message, _ = nb.first_error(DataLoader(HangingSamples(), batch_size=2, num_workers=1, timeout=1))
     assert message == "RuntimeError: DataLoader timed out after 1 seconds"
+    assert set(multiprocessing.active_children()) == before, "the hanging worker was stopped"
     assert time.monotonic() - start < 30, "the timeout, not the 60 s sample, ended the wait"
     assert nb.triage(message) == 5
 
