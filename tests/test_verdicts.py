@@ -78,3 +78,20 @@ def test_the_triton_situation_and_a_table_whose_every_row_must_say_passed():
         assert missing_verdicts("09", "knobs", stream(table.format(other)), always), other
     assert missing_verdicts("09", "knobs", stream(table.format("failed")),
                             {**SITUATIONS, "triton": lambda: False}) == []
+
+
+def test_the_compiler_situation_and_step_5_of_09_wants_at_least_one_kernel(monkeypatch):
+    import shutil
+
+    monkeypatch.delenv("CXX", raising=False)
+    assert verdicts.has_cpp_compiler.__wrapped__() == (shutil.which("g++") is not None)
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    assert verdicts.has_cpp_compiler.__wrapped__() is False
+    stream = lambda text: [{"output_type": "stream", "name": "stdout", "text": text}]  # noqa: E731
+    line = "Inductor wrote {} kernel(s) for the three operations: {}\n"
+    with_compiler = {**SITUATIONS, "cpu_compiler": lambda: True}
+    assert missing_verdicts("09", "show-code", stream(line.format(1, "cpp_fused_add_mul_relu_0")),
+                            with_compiler) == []
+    assert missing_verdicts("09", "show-code", stream(line.format(0, "")), with_compiler)
+    assert missing_verdicts("09", "show-code", stream(line.format(0, "")),
+                            {**SITUATIONS, "cpu_compiler": lambda: False}) == []

@@ -13,7 +13,8 @@ Verdict(pattern, when, why):
 - when: the situation it holds in, one of SITUATIONS: "always"; "cpu" (PyTorch sees no GPU or other
   accelerator, as on the build machine and in CI); "gpu"; "offline" (duckduckgo.com does not answer, the
   same probe notebook 03 makes); "triton" (Triton is installed, as with PyTorch's Linux wheels; without
-  it notebook 09 shows its kernels instead of running them); the tests run in fast mode
+  it notebook 09 shows its kernels instead of running them); "cpu_compiler" ("cpu", and a C++
+  compiler that Inductor can call, found as notebook 09 finds it); the tests run in fast mode
   (TUTORIAL_FAST=1) anyway;
 - why: what it proves, and what quiet fallback it catches.
 To add one: find the cell's id (`"id"` in the .ipynb, kept by nbstripout --keep-id), write the line the
@@ -240,6 +241,11 @@ VERDICTS = {
         Verdict(r"^matrix product: matches PyTorch (under Triton's interpreter|on the GPU)$", "triton",
                 "the tiled matrix product ran and matched PyTorch"),
     ],
+    ("09", "show-code"): [
+        Verdict(r"^Inductor wrote [1-9]\d* kernel\(s\) for the three operations: \w", "cpu_compiler",
+                "torch.compile's logged code was found and parsed into at least one kernel; 'wrote 0 "
+                "kernel(s)' would mean Step 5 shows nothing beside the learner's own kernel"),
+    ],
     ("09", "knobs"): [
         Verdict(r"\A(?![\s\S]*\b(failed|not run)\b)[\s\S]*\bpassed\b", "triton",
                 "every block size's check passed: no row says 'failed' or 'not run'"),
@@ -277,8 +283,21 @@ def has_triton():
     return True
 
 
+@lru_cache(maxsize=None)
+def has_cpp_compiler():
+    """True when a C++ compiler is found the way notebook 09 looks for the one Inductor calls: $CXX,
+    else cl on Windows, clang++ on macOS, g++ elsewhere."""
+    import os
+    import shutil
+    import sys
+
+    default = {"win32": "cl", "darwin": "clang++"}.get(sys.platform, "g++")
+    return shutil.which(os.environ.get("CXX") or default) is not None
+
+
 SITUATIONS = {"always": lambda: True, "cpu": lambda: not has_accelerator(), "gpu": has_accelerator,
-              "offline": is_offline, "triton": has_triton}
+              "offline": is_offline, "triton": has_triton,
+              "cpu_compiler": lambda: not has_accelerator() and has_cpp_compiler()}
 
 
 def _text(value):
