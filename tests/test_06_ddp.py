@@ -1147,3 +1147,35 @@ def test_run_launchers_echoes_lines_with_the_node_only_for_several(plumbing, mon
     run = plumbing.run_launchers([["x"]] * len(lines), time_limit_s=60, echo=echo)
     assert sorted(capsys.readouterr().out.splitlines()) == printed
     assert sorted(run["output"]) == [(tag, line) for tag, output in enumerate(lines) for line in output]
+
+
+# --- A launch that fails on the learner's machine: verdicts, and Run All goes on ------------------------
+
+def test_launches_that_reported_nothing_print_their_verdicts_and_run_all_goes_on(tmp_path):
+    import pandas as pd
+
+    namespace = {**vars(nb), "pd": pd, "ddp_run": {"output": []}, "two_node_run": {"output": []},
+                 "CHECKPOINT": tmp_path / "06_disc_ddp.pt"}
+    assert run_cell("06", "cell-25", namespace).startswith("With DDP: no process reported a result.")
+    assert namespace["ddp_results"] == []
+    printed = run_cell("06", "cell-25b", namespace)
+    assert printed.startswith(f"No checkpoint at {tmp_path / '06_disc_ddp.pt'}: the DDP run above")
+    assert run_cell("06", "cell-40", namespace).startswith("Two nodes: no process reported a result.")
+
+
+def test_a_checkpoint_left_by_an_earlier_run_is_loaded_and_judged_against_no_results(tmp_path):
+    torch.save({"w": torch.ones(2)}, tmp_path / "06_disc_ddp.pt")
+    namespace = {**vars(nb), "ddp_results": [], "CHECKPOINT": tmp_path / "06_disc_ddp.pt"}
+    assert "no process reported" in run_cell("06", "cell-25b", namespace)
+
+
+@pytest.mark.parametrize("alive, verdict", [(set(), "No process the notebook started is still running."),
+                                            ({42}, "1 process(es) the notebook started still run")])
+def test_the_leftover_check_of_06_prints_its_verdict_either_way(alive, verdict):
+    import pandas as pd
+
+    run = {"seconds": 1.0, "returncodes": [0], "started": [41, 42]}
+    namespace = {**vars(nb), "pd": pd, "EXIT_BARRIER_TIMEOUT_S": None, "ddp_run": run,
+                 "is_alive": lambda pid: pid in alive}
+    assert verdict in run_cell("06", "cell-48", namespace)
+
