@@ -1179,3 +1179,26 @@ def test_the_leftover_check_of_06_prints_its_verdict_either_way(alive, verdict):
                  "is_alive": lambda pid: pid in alive}
     assert verdict in run_cell("06", "cell-48", namespace)
 
+
+
+def test_when_torchrun_itself_fails_the_failure_cell_says_so_instead_of_raising(tmp_path):
+    namespace = {**vars(nb), "failure_log": tmp_path, "failing_run": {"returncodes": [1]}}
+    printed = run_cell("06", "cell-30", namespace)
+    assert "torchrun's exit code: 1" in printed and "No process wrote an error file" in printed
+
+
+def test_the_cost_model_cell_says_there_is_nothing_to_model_without_the_timed_ddp_run():
+    import pandas as pd
+
+    shown = []
+    failed = pd.DataFrame([{"run": "1 process", "samples_per_s": float("nan")},
+                           {"run": "2 processes", "samples_per_s": float("nan")}]).set_index("run")
+    namespace = {**vars(nb), "pd": pd, "speed": failed, "display": shown.append, "BATCH_SIZE": 64}
+    assert run_cell("06", "cell-35", namespace).startswith("The timed DDP run reported no numbers")
+    assert shown == []
+    measured = pd.DataFrame([{"run": "2 processes", "processes": 2, "samples_per_s": 900.0,
+                              "compute_ms": 10.0, "allreduce_ms": 5.0, "gradient_MB": 4.0}]).set_index("run")
+    printed = run_cell("06", "cell-35", {**namespace, "speed": measured})
+    assert printed.startswith("Each process sent 4.00 MB per step in 5.00 ms: 0.80 GB/s.")
+    table = shown[0]["samples_per_s"]
+    assert table["model: no overlap"] == round(2 * 64 / 0.015) and table["model: full overlap"] == 2 * 64 / 0.01
