@@ -286,6 +286,15 @@ def test_launch_plan_says_what_runs_on_0_1_and_2_gpus_and_why():
     assert "MPS" not in nb.launch_plan(1, 8, "mps")["why"]  # a CUDA GPU comes first
 
 
+@pytest.mark.gpu_branch("06", "launch_plan: os_name == 'nt'")
+@pytest.mark.parametrize("gpus", [0, 1, 2])
+def test_on_windows_the_launch_plan_warns_that_torchrun_lacks_libuv(gpus):
+    windows, linux = nb.launch_plan(gpus, 8, os_name="nt"), nb.launch_plan(gpus, 8, os_name="posix")
+    assert windows["why"] == linux["why"] + nb.WINDOWS_TORCHRUN
+    assert "use_libuv was requested" in windows["why"] and "WSL" in windows["why"]
+    assert {k: v for k, v in windows.items() if k != "why"} == {k: v for k, v in linux.items() if k != "why"}
+
+
 @pytest.mark.parametrize("gpus, cores, threads", [
     (0, 1, 1), (0, 2, 1), (0, 3, 1), (0, 4, 2), (1, 4, 2),  # the CPU: half the cores each, at least 1
     (2, 1, 1), (2, 2, 1), (2, 3, 1), (2, 4, 2), (4, 8, 2)])  # GPUs: the cores shared out, at least 1

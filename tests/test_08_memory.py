@@ -548,6 +548,15 @@ def test_a_launch_on_a_chosen_port_is_accepted_by_torchrun(tmp_path):
     assert args.training_script_args == ["--steps", "3"]
 
 
+@pytest.mark.gpu_branch("08", "launch_plan: os_name == 'nt'")
+@pytest.mark.parametrize("gpus", [0, 1, 2])
+def test_on_windows_the_launch_plan_warns_that_torchrun_lacks_libuv(gpus):
+    windows, linux = nb.launch_plan(gpus, 2, os_name="nt"), nb.launch_plan(gpus, 2, os_name="posix")
+    assert windows["why"] == linux["why"] + nb.WINDOWS_TORCHRUN
+    assert "use_libuv was requested" in windows["why"]
+    assert windows["nproc"] == linux["nproc"] and windows["backend"] == linux["backend"]
+
+
 @pytest.mark.gpu_branch("08", "launch_plan: accelerator == 'mps'")
 @pytest.mark.gpu_branch("08", "launch_plan: gpu_count == 1")
 @pytest.mark.gpu_branch("08", "launch_plan: gpu_count >= 2")
