@@ -1194,6 +1194,10 @@ def test_when_torchrun_itself_fails_the_failure_cell_says_so_instead_of_raising(
     namespace = {**vars(nb), "failure_log": tmp_path, "failing_run": {"returncodes": [1]}}
     printed = run_cell("06", "cell-30", namespace)
     assert "torchrun's exit code: 1" in printed and "No process wrote an error file" in printed
+    write_error_file(tmp_path, 1, "RuntimeError: Parent directory x does not exist.", 999)
+    printed = run_cell("06", "cell-30", namespace)
+    assert "The first process to fail: local rank 1, line 176, in main: torch.save(" in printed
+    assert "No process wrote" not in printed and "Parent directory x does not exist" in printed
 
 
 def test_the_cost_model_cell_says_there_is_nothing_to_model_without_the_timed_ddp_run():
