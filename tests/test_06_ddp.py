@@ -21,6 +21,7 @@ import time
 import types
 from pathlib import Path
 
+import pandas as pd
 import psutil
 import pytest
 import torch
@@ -508,7 +509,6 @@ def speed_run(processes, threads, samples_per_s, step_ms, compute_ms, allreduce_
 
 
 def speed_table(solo, many):
-    import pandas as pd
     return pd.DataFrame([nb.speed_row("1 process", solo), nb.speed_row("2 processes", many)]).set_index("run")
 
 
@@ -1161,8 +1161,6 @@ def test_run_launchers_echoes_lines_with_the_node_only_for_several(plumbing, mon
 # --- A launch that fails on the learner's machine: verdicts, and Run All goes on ------------------------
 
 def test_launches_that_reported_nothing_print_their_verdicts_and_run_all_goes_on(tmp_path):
-    import pandas as pd
-
     namespace = {**vars(nb), "pd": pd, "ddp_run": {"output": []}, "two_node_run": {"output": []},
                  "CHECKPOINT": tmp_path / "06_disc_ddp.pt"}
     assert run_cell("06", "cell-25", namespace).startswith("With DDP: no process reported a result.")
@@ -1181,8 +1179,6 @@ def test_a_checkpoint_left_by_an_earlier_run_is_loaded_and_judged_against_no_res
 @pytest.mark.parametrize("alive, verdict", [(set(), "No process the notebook started is still running."),
                                             ({42}, "1 process(es) the notebook started still run")])
 def test_the_leftover_check_of_06_prints_its_verdict_either_way(alive, verdict):
-    import pandas as pd
-
     run = {"seconds": 1.0, "returncodes": [0], "started": [41, 42]}
     namespace = {**vars(nb), "pd": pd, "EXIT_BARRIER_TIMEOUT_S": None, "ddp_run": run,
                  "is_alive": lambda pid: pid in alive}
@@ -1201,8 +1197,6 @@ def test_when_torchrun_itself_fails_the_failure_cell_says_so_instead_of_raising(
 
 
 def test_the_cost_model_cell_says_there_is_nothing_to_model_without_the_timed_ddp_run():
-    import pandas as pd
-
     shown = []
     failed = pd.DataFrame([{"run": "1 process", "samples_per_s": float("nan")},
                            {"run": "2 processes", "samples_per_s": float("nan")}]).set_index("run")

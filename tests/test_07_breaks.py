@@ -590,6 +590,7 @@ def test_every_loader_with_workers_in_the_notebook_has_a_time_limit():
         assert any(k.arg == "timeout" and ast.literal_eval(k.value) > 0 for k in call.keywords), \
             ast.unparse(call)
 
+
 def test_broken_samples_finds_the_one_cut_short(files_module):
     broken = files_module.PictureFiles(32, broken_index=21)
     found = nb.broken_samples(broken)

@@ -709,8 +709,6 @@ def test_step_4_gives_the_one_process_reference_one_thread_beside_a_gpu_and_ever
     ({"FSDP2": {"port": 1}}, {42}, True, "Left over from a launch"),
     ({"FSDP2": {"port": 1}}, set(), False, "Left over from a launch")])
 def test_the_leftover_check_of_08_prints_its_verdict_for_processes_and_ports(runs, alive, free, verdict):
-    import pandas as pd
-
     runs = {name: {**run, "seconds": 1.0, "returncodes": [0], "started": [42]} for name, run in runs.items()}
     namespace = {**vars(nb), "pd": pd, "runs": runs, "is_alive": lambda pid: pid in alive,
                  "port_is_free": lambda port: free}

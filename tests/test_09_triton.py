@@ -240,6 +240,7 @@ def test_matmul_refuses_block_sizes_triton_cannot_use_in_plain_words_before_any_
     nb.matmul(a, b, blocks=(16, 16, 16))  # the smallest allowed tile launches
     assert len(launched["matmul_kernel"].launches) == 1
 
+
 def test_softmax_in_steps_matches_torch_and_stays_finite_for_large_scores(nb):
     scores = torch.tensor([[1000.0, 1001.0, 999.0], [0.0, -1.0, 2.0]])
     torch.testing.assert_close(nb.softmax_in_steps(scores), torch.softmax(scores, dim=1))
