@@ -704,12 +704,14 @@ def test_step_4_gives_the_one_process_reference_one_thread_beside_a_gpu_and_ever
 
 
 @pytest.mark.parametrize("runs, alive, free, verdict", [
-    ({}, set(), True, "No launch ran, so nothing can be left over."),
-    ({"FSDP2": {"port": 1}}, set(), True, "No process or port of a launch is left over."),
-    ({"FSDP2": {"port": 1}}, {42}, True, "Left over from a launch"),
-    ({"FSDP2": {"port": 1}}, set(), False, "Left over from a launch")])
+    ({}, set(), {1}, "No launch ran, so nothing can be left over."),
+    ({"FSDP2": {"port": 1}}, set(), {1}, "No process or port of a launch is left over."),
+    ({"FSDP2": {"port": 1}}, {42}, {1}, "Left over from a launch"),
+    ({"FSDP2": {"port": 1}}, set(), set(), "Left over from a launch"),
+    ({"one": {"port": 1}, "two": {"port": 2}}, set(), {2}, "Left over from a launch"),  # one port taken
+    ({"one": {"port": 1}, "two": {"port": 2}}, set(), {1, 2}, "No process or port")])
 def test_the_leftover_check_of_08_prints_its_verdict_for_processes_and_ports(runs, alive, free, verdict):
     runs = {name: {**run, "seconds": 1.0, "returncodes": [0], "started": [42]} for name, run in runs.items()}
     namespace = {**vars(nb), "pd": pd, "runs": runs, "is_alive": lambda pid: pid in alive,
-                 "port_is_free": lambda port: free}
+                 "port_is_free": lambda port: port in free}
     assert run_cell("08", "cell-48", namespace).startswith(verdict)
