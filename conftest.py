@@ -57,10 +57,17 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: run_order(item.nodeid))  # stable: a file's tests keep their order
 
 
+# Words of printed prose in each notebook's core so far, counted as nbval runs its cells (one notebook
+# runs whole on one worker: --dist loadfile).
+PRINTED_PROSE = {}
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     """After nbval ran a notebook cell without error: check the verdicts it must print on this machine
-    (tests/verdicts.py), which nbval itself does not compare."""
+    (tests/verdicts.py), which nbval itself does not compare; after the core's last code cell, check the
+    core's printed prose and the title table's workshop estimate against README's rule
+    (tests/notebook_code.py: core_budget_problems)."""
     result = yield
     outputs, cell = getattr(item, "test_outputs", None), getattr(item, "cell", None)
     if outputs is not None and cell is not None:  # an nbval cell (nbval.plugin.IPyNbCell)
@@ -70,4 +77,24 @@ def pytest_runtest_call(item):
         missing = missing_verdicts(notebook, cell.get("id"), outputs)
         if missing:
             raise AssertionError(describe_missing(notebook, cell.get("id"), missing, outputs))
+        check_printed_prose(item.path, cell.get("id"), outputs)
     return result
+
+
+def check_printed_prose(path, cell_id, outputs):
+    """Add up the printed prose of the core's cells; at its last code cell, fail on a broken budget."""
+    import notebook_code as nc
+
+    notebook = nc.read(path)
+    core_ids = [cell.get("id") for cell in nc.core_cells(notebook) if cell.cell_type == "code"]
+    if cell_id not in core_ids:
+        return
+    key = str(path)
+    if cell_id == core_ids[0]:
+        PRINTED_PROSE[key] = 0
+    PRINTED_PROSE[key] = PRINTED_PROSE.get(key, 0) + nc.printed_prose_words(outputs)
+    if cell_id == core_ids[-1]:
+        problems = nc.core_budget_problems(notebook, path.name[:2], PRINTED_PROSE[key])
+        if problems:
+            raise AssertionError(f"{path.name}, the core's budget (README, 'Workshop slot'): "
+                                 + "; ".join(problems))

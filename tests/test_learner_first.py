@@ -8,7 +8,8 @@ import re
 import nbformat
 import pytest
 
-from notebook_code import NOTEBOOKS, REPO, core_markdown, core_words, read, workshop_minutes
+from notebook_code import (NOTEBOOKS, REPO, core_budget_problems, core_cells, core_markdown, minimum_minutes,
+                           printed_prose_words, read, visible_core_code_cells, workshop_t4)
 from shared_checks import MAX_LINE, code_lines_too_long, machine_bound_phrases
 
 NOTEBOOK_IDS = [path.name for path in NOTEBOOKS]
@@ -87,23 +88,81 @@ def test_a_run_time_row_needs_a_time_or_not_measured_yet():
     assert RUN_TIME.search("2.5 minutes") and not RUN_TIME.search("5 sizes")
 
 
-# A workshop slot is 45-60 minutes of reading and running (issue 17): the core's markdown at most this many
-# words (fast.ai's whole "Is it a bird?" has about 725), and the title table's estimate within the slot.
-CORE_WORDS = 2000
-SLOT_MINUTES = 60
+# A workshop slot is 45-60 minutes of reading and running (issues 17 and 30): the core's markdown, the
+# prose its cells print and its visible code cells, against the title table's estimate on a T4, by
+# README's rule (tests/notebook_code.py: core_budget_problems). This test counts the markdown; conftest.py
+# counts the printed prose as nbval runs each notebook, and checks the whole rule there.
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
 def test_the_core_fits_a_workshop_slot(path):
     notebook = read(path)
-    assert core_words(notebook) <= CORE_WORDS, f"{core_words(notebook)} words before the Summary"
-    minutes = workshop_minutes(notebook)
-    assert minutes, "a title-table row whose first cell says 'Workshop' gives the minutes it takes"
-    assert all(0 < estimate <= SLOT_MINUTES for estimate in minutes), minutes
+    assert core_budget_problems(notebook, path.name[:2]) == []
     for row in [line for line in notebook.cells[0].source.splitlines() if line.startswith("| Workshop")]:
         columns = [column.strip() for column in row.strip("|").split("|")]
         if len(columns) == 3:  # a CPU column and a GPU column: the T4's estimate is the GPU's
             assert "T4" in columns[2] and "T4" not in columns[1], row
+
+
+def budget_notebook(words, code_cells=0, workshop="about 30 min on a Colab T4, of which about 2 min running"):
+    """A made-up notebook: a title table, a core of `words` markdown words in all and `code_cells` visible code cells
+    (and one folded one), then a Summary."""
+    title = f"# 99 · T\n\n| | CPU | GPU |\n|---|---|---|\n| Workshop slot | laptop | {workshop} |\n"
+    filler = words - len(title.split())  # the title cell's words count too
+    cells = [nbformat.v4.new_markdown_cell(title), nbformat.v4.new_markdown_cell("word " * filler)]
+    cells += [nbformat.v4.new_code_cell(f"x = {n}") for n in range(code_cells)]
+    cells += [nbformat.v4.new_code_cell("#@title Plumbing\ny = 1"),
+              nbformat.v4.new_markdown_cell("## Summary\n\nmany more words here"),
+              nbformat.v4.new_code_cell("z = 2")]
+    return nbformat.v4.new_notebook(cells=cells)
+
+
+def test_printed_prose_counts_lines_of_eight_words_or_more_in_what_a_learner_reads():
+    seven, eight = "one two three four five six seven", "one two three four five six seven eight"
+    stream = {"output_type": "stream", "name": "stdout", "text": f"{seven}\n{eight}\n12 34 5.6 7 8 9 1 2 3\n"}
+    assert printed_prose_words([stream]) == 8, "a 7-word line and a row of numbers are not prose"
+    html = {"output_type": "execute_result", "data": {"text/plain": eight, "text/html": "<table/>"}}
+    markdown = {"output_type": "display_data", "data": {"text/plain": "x", "text/markdown": eight}}
+    plain = {"output_type": "execute_result", "data": {"text/plain": [eight, "\n", eight]}}
+    error = {"output_type": "error", "ename": "ValueError", "evalue": seven}
+    assert printed_prose_words([html]) == 0, "a table shown as HTML is not read as printed text"
+    assert printed_prose_words([markdown, plain, error]) == 8 + 16 + 8
+
+
+def test_the_workshop_row_states_the_estimate_and_the_t4_run_time():
+    assert workshop_t4(budget_notebook(10)) == (30, 2.0)
+    assert workshop_t4(budget_notebook(10, workshop="about 45 min on a Colab T4, of which under 0.5 min "
+                                                    "running")) == (45, 0.5)
+    assert workshop_t4(budget_notebook(10, workshop="about 45 min on a Colab T4")) is None
+
+
+def test_the_rule_is_words_over_100_plus_one_and_a_half_minutes_a_cell_plus_running():
+    assert minimum_minutes(1000, 4, 2.5) == 10 + 6 + 2.5
+    # 800 words and 12 visible cells need 8 + 18 + 2 = 28 minutes: 30 passes, 27 fails
+    assert core_budget_problems(budget_notebook(800, 12), "99", printed_words=0) == []
+    low = budget_notebook(800, 12, "about 27 min on a Colab T4, of which about 2 min running")
+    assert "below the rule's 28.0 min" in core_budget_problems(low, "99", printed_words=0)[0]
+    # printed prose counts as words read: 200 more words make 30 minutes, still enough; 201 do not
+    assert core_budget_problems(budget_notebook(800, 12), "99", printed_words=200) == []
+    assert core_budget_problems(budget_notebook(800, 12), "99", printed_words=201) != []
+
+
+def test_each_budget_holds_at_its_boundary():
+    assert core_budget_problems(budget_notebook(1500, 0, "about 20 min on a Colab T4, of which about 1 min "
+                                                          "running"), "99") == []
+    assert "1501 markdown words" in core_budget_problems(budget_notebook(1501), "99")[0]
+    many = budget_notebook(10, 0, "about 60 min on a Colab T4, of which about 1 min running")
+    assert core_budget_problems(many, "99", printed_words=300) == []
+    assert "301 words of printed prose" in core_budget_problems(many, "99", printed_words=301)[0]
+    over = budget_notebook(10, 0, "about 61 min on a Colab T4, of which about 1 min running")
+    assert "over the slot" in core_budget_problems(over, "99")[0]
+    assert "does not say" in core_budget_problems(budget_notebook(10, 0, "about 20 min"), "99")[0]
+
+
+def test_the_core_ends_at_the_summary_and_folded_cells_are_not_counted():
+    notebook = budget_notebook(10, 3)
+    assert [cell.source for cell in visible_core_code_cells(notebook)] == ["x = 0", "x = 1", "x = 2"]
+    assert len(core_cells(notebook)) == 2 + 3 + 1
 
 
 GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(\.\./README\.md#glossary\)")
@@ -246,3 +305,75 @@ def test_top_level_asserts_are_found_in_blocks_but_not_in_functions():
 
     assert top_level_asserts(notebook("x = 1", "if x:\n    assert x"), "06") == [("06", "c1")]
     assert top_level_asserts(notebook("def f(x):\n    assert x", "!pip list"), "06") == []
+
+
+# One word, one meaning (issue 30), as README's glossary defines them: a GPU kernel is *launched*,
+# processes are *started*; a *training step* is not a *Step* (a heading, or "Step 3" naming one); *block*
+# is Triton's block of a kernel's work (notebook 09) and nothing else; the *device* is the `device`
+# variable, which may be the CPU, so a copy between CPU and GPU memory is not a "host-to-device" copy.
+# Each entry: (name, pattern of a use, allowed(sentence, use) -> True when the use keeps the meaning).
+LAUNCH_WORDS = ("kernel", "gpu", "overhead", "launch-bound", "launch_blocking", "launches of kernels")
+
+
+def launch_keeps_its_meaning(sentence, use):
+    return any(word in sentence.lower() for word in LAUNCH_WORDS)
+
+
+def step_keeps_its_meaning(sentence, use):
+    before = re.findall(r"[\w-]+", sentence[:use.start()].lower())
+    after = re.findall(r"[\w-]+", sentence[use.end():].lower())
+    return (use.group()[0] == "S"  # "Step 3", "Steps 4-6": a heading named
+            or (before and before[-1] in ("training", "optimizer"))
+            or after[:2] == ["by", "step"] or (before[-2:] == ["step", "by"]))
+
+
+def block_keeps_its_meaning(sentence, use):
+    return False  # checked only outside notebook 09, where a block is Triton's
+
+
+ONE_MEANING = [
+    ("launch", re.compile(r"\blaunch(?:es|ed|ing)?\b", re.I), launch_keeps_its_meaning, None),
+    ("step", re.compile(r"\bsteps?\b", re.I), step_keeps_its_meaning, None),
+    ("block", re.compile(r"\bblocks?\b", re.I), block_keeps_its_meaning, {"09"}),
+    ("host-to-device", re.compile(r"\b(host[- ]to[- ]device|device[- ]to[- ]host)\b", re.I),
+     lambda sentence, use: False, None),
+]
+# Notebooks still being reworded (issue 30); each leaves the set when its prose passes. It ends empty.
+NOT_YET_ONE_MEANING = {"01", "02", "03", "04", "05", "06", "07", "08", "09"}
+
+
+def retired_uses(notebook, number):
+    """[(word, the sentence)] for every use of a word in a meaning README's glossary retired."""
+    prose = " ".join(masked_prose(cell.source) for cell in notebook.cells if cell.cell_type == "markdown")
+    found = []
+    for sentence in re.split(r"(?<=[.;:!?])\s+|\n\s*\n", prose):
+        sentence = " ".join(sentence.split())
+        for word, pattern, keeps, exempt in ONE_MEANING:
+            if exempt and number in exempt:
+                continue
+            found += [(word, sentence) for use in pattern.finditer(sentence) if not keeps(sentence, use)]
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
+def test_one_word_one_meaning(path):
+    number = path.name[:2]
+    found = retired_uses(read(path), number)
+    if number in NOT_YET_ONE_MEANING:
+        return
+    assert found == [], f"{len(found)} retired uses, first: {found[0]}"
+
+
+def test_retired_uses_are_found_on_both_sides_of_each_rule():
+    def notebook(text):
+        return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
+
+    kept = ("Each kernel launch costs time. A launch-bound step. In Step 3 a training step ran; "
+            "Steps 4-6 follow step by step. The optimizer step. The copy from CPU to GPU.")
+    assert [word for word, _ in retired_uses(notebook(kept), "05")] == ["step"], "'launch-bound step'"
+    assert retired_uses(notebook("Each kernel launch costs time. A training step."), "05") == []
+    retired = "The launch starts two processes. Each step takes 1 s. A transformer block. A host-to-device copy."
+    assert [word for word, _ in retired_uses(notebook(retired), "06")] == ["launch", "step", "block",
+                                                                             "host-to-device"]
+    assert [word for word, _ in retired_uses(notebook("A block of 128 elements."), "09")] == []
+    assert retired_uses(notebook("`torch.cuda.synchronize()` and `for step in range(3)`"), "05") == []
