@@ -12,8 +12,7 @@ import sys
 import nbformat
 import pytest
 
-from notebook_code import (INSTALL_CELL_FIRST_LINE, NOTEBOOKS, REPO, SHARED_CELL_FIRST_LINE, code_cells,
-                           read)
+from notebook_code import NOTEBOOKS, REPO, code_cells, read
 
 NOTEBOOK_IDS = [path.name for path in NOTEBOOKS]
 NBVAL_TAGS = {"raises-exception", "nbval-skip", "nbval-ignore-output", "nbval-check-output", "nbval-raises-exception"}
@@ -145,40 +144,6 @@ def test_nbval_markers_come_with_a_reason(path):
                 assert _explained(lines, index), f"{line.strip()} needs a comment line after it saying why"
         if NBVAL_TAGS & set(cell.metadata.get("tags", [])):
             assert _explained(["(tag)", *lines], 0), "a cell with an nbval tag must open with a comment saying why"
-
-
-def test_shared_setup_cell_is_identical_in_every_notebook():
-    copies = {}
-    for path in NOTEBOOKS:
-        shared = [s for s in code_cells(read(path)) if s.startswith(SHARED_CELL_FIRST_LINE)]
-        assert len(shared) == 1, f"{path.name} must contain the shared setup cell exactly once"
-        copies[path.name] = shared[0]
-    first_name, first = next(iter(copies.items()))
-    for name, source in copies.items():
-        assert source == first, f"the shared setup cell in {name} differs from the one in {first_name}"
-
-
-def _without_packages_line(source):
-    """The install cell's source without its PACKAGES assignment, the only part a notebook changes."""
-    tree = ast.parse(source)
-    body = [node for node in tree.body
-            if not (isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "PACKAGES")]
-    return ast.unparse(ast.Module(body=body, type_ignores=[]))
-
-
-def test_install_cell_is_the_same_in_every_notebook_but_for_its_packages():
-    bodies = {}
-    for path in NOTEBOOKS:
-        cells = [s for s in code_cells(read(path)) if s.startswith(INSTALL_CELL_FIRST_LINE)]
-        assert len(cells) == 1, f"{path.name} must contain the install cell exactly once"
-        assert code_cells(read(path))[0] == cells[0], "the install cell must be the first code cell"
-        assert "torch" in ast.literal_eval(
-            next(n.value for n in ast.parse(cells[0]).body
-                 if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "PACKAGES"))
-        bodies[path.name] = _without_packages_line(cells[0])
-    first_name, first = next(iter(bodies.items()))
-    for name, body in bodies.items():
-        assert body == first, f"the install cell in {name} differs from the one in {first_name}"
 
 
 FOLDED = {"jupyter": {"source_hidden": True}, "cellView": "form"}

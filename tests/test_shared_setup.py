@@ -1,6 +1,6 @@
 """The helpers of the shared setup cell, tested once.
 
-The cell is byte-identical in every notebook (test_hygiene.py checks the copies), so testing the copy
+The cell is the same in every notebook (tools/sync_cells.py copies it from notebook 01), so testing the copy
 in notebook 01 tests them all. Nothing here needs a GPU: CUDA synchronization is checked with a
 monkeypatched torch.cuda.synchronize, the device choice with torch.accelerator monkeypatched, and the
 timing function with a fake clock.
@@ -132,3 +132,50 @@ def test_every_benchmark_timer_in_the_notebooks_synchronizes_itself():
                     keywords = {kw.arg: ast.unparse(kw.value) for kw in node.keywords}
                     synchronized = "timer" in keywords or "synchronize(" in keywords.get("stmt", "")
                     assert synchronized, f"{path.name}: Timer that may not wait for MPS: {ast.unparse(node)}"
+
+
+def test_hosted_service_is_read_from_colabs_module_and_kaggles_environment():
+    assert nb.hosted_service(modules={"google.colab": object()}, environ={}) == "Colab"
+    assert nb.hosted_service(modules={}, environ={"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}) == "Kaggle"
+    assert nb.hosted_service(modules={"google": object()}, environ={"KAGGLE_URL_BASE": "x"}) is None
+
+
+@pytest.mark.gpu_branch("shared", "no_gpu_warning: service is None or device_type != 'cpu'")
+@pytest.mark.parametrize("service, menu", [("Colab", "Runtime > Change runtime type > T4 GPU > Save"),
+                                           ("Kaggle", "Settings > Accelerator > GPU T4 x2")])
+def test_a_hosted_notebook_without_a_gpu_says_how_to_switch_one_on_there(service, menu):
+    warning = nb.no_gpu_warning(service, "cpu")
+    lines = warning.splitlines()
+    assert lines[0] == lines[-1] == "!" * 72, "set off by a bar above and below"
+    assert lines[1] == f"NO GPU: this {service} session has none, so every cell below runs on the CPU."
+    assert lines[2] == f"To use a GPU: {menu}, then run all cells again."
+    assert all(len(line) <= 100 for line in lines)
+    # with a GPU, or on a machine of one's own, nothing is printed
+    assert nb.no_gpu_warning(service, "cuda") is None
+    assert nb.no_gpu_warning(None, "cpu") is None
+
+
+def test_the_shared_cell_prints_the_warning_only_on_a_hosted_service_without_a_gpu(monkeypatch):
+    from notebook_code import run_cell, SHARED_CELL_FIRST_LINE, read, notebook_path
+
+    cell_id = next(cell.id for cell in read(notebook_path("01")).cells
+                   if cell.source.startswith(SHARED_CELL_FIRST_LINE))
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    printed = run_cell("01", cell_id, {"__name__": "notebook_01"})
+    assert "NO GPU: this Kaggle session has none" in printed
+    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE")
+    assert "NO GPU" not in run_cell("01", cell_id, {"__name__": "notebook_01"})
+
+
+def test_report_figures_shows_one_machine_readable_output_and_nothing_to_read(monkeypatch):
+    shown = []
+    namespace = nb.report_figures.__globals__  # the namespace the notebook's functions see
+    monkeypatch.setitem(namespace, "display", lambda data, raw: shown.append((data, raw)))
+    monkeypatch.setitem(namespace, "device", torch.device("cuda", 0))
+    monkeypatch.setitem(namespace, "FAST", False)
+    record = nb.report_figures(gflops=4321.5, sizes=[1, 2], dtype=torch.float16)
+    assert record == {"device": "cuda:0", "device_type": "cuda", "fast": False, "fallback": None,
+                      "figures": {"gflops": 4321.5, "sizes": [1, 2], "dtype": "torch.float16"}}
+    assert shown == [({nb.FIGURES_MIME: record, "text/plain": ""}, True)]
+    assert nb.report_figures(fallback="stand-in pictures")["fallback"] == "stand-in pictures"
