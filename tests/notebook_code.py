@@ -329,3 +329,15 @@ def core_budget_problems(notebook, number, printed_words=None):
     if estimate > SLOT_MINUTES:
         problems.append(f"the estimate of {estimate} min is over the slot of {SLOT_MINUTES} min")
     return problems
+
+
+def visible_core_code(notebook):
+    """The code a learner reads in the core: every visible (not folded) code cell before the Summary."""
+    return "\n".join(cell.source for cell in visible_core_code_cells(notebook))
+
+
+def missing_taught_calls(notebook, taught):
+    """The entries of `taught` (regular expressions, searched across lines) that no visible code cell
+    of the core matches: the calls a notebook teaches must be in view where the prose teaches them."""
+    code = visible_core_code(notebook)
+    return [pattern for pattern in taught if not re.search(pattern, code, re.S)]
