@@ -723,7 +723,7 @@ def test_the_opening_says_what_runs_on_exactly_one_gpu_and_why():
 
 def test_the_core_links_its_distributed_terms_to_the_glossary_at_first_use():
     core = re.sub(r"`[^`]*`", "", core_markdown(NOTEBOOK))  # code spans are not prose
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "GLOSSARY.md").read_text(encoding="utf-8")
     for term in ("backend", "all-reduce", "rank", "process group", "world size", "bandwidth",
                  "Jupyter kernel", "GPU kernel", "TFLOP/s", "mixed precision"):
         first = re.search(rf"(?<![\w-]){re.escape(term)}(?![\w-])", core, re.IGNORECASE)

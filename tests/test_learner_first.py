@@ -170,10 +170,8 @@ GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(\.\./README\.md#glossary\)")
 
 
 def glossary_terms():
-    """The bold terms of README's glossary, lower case ("launch (of a GPU kernel)" -> "launch")."""
-    readme = (REPO / "README.md").read_text()
-    glossary = readme[readme.index("## Glossary"):]
-    glossary = glossary[:glossary.index("\n## ", 5)]
+    """The bold terms of the glossary (GLOSSARY.md), lower case ("launch (of a GPU kernel)" -> "launch")."""
+    glossary = (REPO / "GLOSSARY.md").read_text()
     return {re.sub(r"\s*\(.*\)", "", term).lower()
             for bold in re.findall(r"\*\*(.+?)\*\*", glossary) for term in bold.split(", ")}
 

@@ -42,9 +42,18 @@ def test_every_notebook_is_in_the_readme_table():
         assert re.search(rf"^\|.*\b{re.escape(path.name)}\b", README, flags=re.M), f"{path.name} missing from README"
 
 
-def test_fast_switch_and_full_size_run_are_documented():
-    assert "TUTORIAL_FAST=1" in README
-    assert "--full-size" in README
+def test_fast_switch_and_full_size_run_are_documented_for_contributors():
+    contributing = (REPO / "CONTRIBUTING.md").read_text()
+    assert "TUTORIAL_FAST=1" in contributing
+    assert "--full-size" in contributing
+
+
+def test_readme_is_for_learners_and_instructors_and_short():
+    words = len(README.split())
+    assert words <= 1250, f"README has {words} words; what maintainers need goes to CONTRIBUTING.md"
+    start = README[:README.index("## Two commands")]
+    for must in ("Start with 01", "T4 GPU", "GPU T4 x2", "JupyterLab"):
+        assert must in start, f"README's opening part should say {must!r}"
 
 
 @pytest.mark.parametrize("caller, full_size, expected", [("0", False, "1"), (None, False, "1"), ("1", True, "0")])
