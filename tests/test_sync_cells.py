@@ -120,3 +120,77 @@ def test_a_missing_or_doubled_copy_is_an_error_not_a_silent_pass(folder):
     edit(copy, "#@title Plumbing: ", lambda source: "#@title Renamed by hand\n" + source.split("\n", 1)[1])
     done = run_tool("--check", "--folder", str(folder))
     assert done.returncode == 2 and "notebook 08 must hold one copy" in done.stdout
+
+
+# ---- "Words used here": each notebook's entries of GLOSSARY.md ---------------------------------------
+
+GLOSSARY_TEXT = """# Glossary
+
+- **accelerator, device**: where PyTorch keeps a tensor.
+- **launch (of a GPU kernel)**: the CPU telling the GPU to run a kernel;
+  it returns at once.
+- **tensor**: PyTorch's array.
+
+## One word, one meaning
+- *launch*: not an entry.
+"""
+
+
+def words_notebook(*texts):
+    cells = [nbformat.v4.new_markdown_cell(text) for text in texts]
+    return nbformat.v4.new_notebook(cells=cells)
+
+
+def test_glossary_entries_have_an_anchor_from_their_first_words_and_every_bold_term():
+    entries = sync_cells.glossary_entries(GLOSSARY_TEXT)
+    assert list(entries) == ["glossary-accelerator-device", "glossary-launch", "glossary-tensor"]
+    assert entries["glossary-launch"] == (["launch"], "**launch (of a GPU kernel)**: the CPU telling the "
+                                                      "GPU to run a kernel; it returns at once.")
+    assert entries["glossary-accelerator-device"][0] == ["accelerator", "device"]
+    assert sync_cells.anchor_for("Devices", entries) == "glossary-accelerator-device"
+    assert sync_cells.anchor_for("`tensor`", entries) == "glossary-tensor"
+    assert sync_cells.anchor_for("kernel launches", entries) == "glossary-launch"
+    assert sync_cells.anchor_for("rank", entries) is None
+
+
+def test_the_words_cell_holds_the_linked_entries_in_the_glossarys_order_with_their_anchors():
+    entries = sync_cells.glossary_entries(GLOSSARY_TEXT)
+    notebook = words_notebook("A [tensor](#glossary-tensor) on the [device](#glossary-accelerator-device).",
+                              "Again a [tensor](#glossary-tensor).")
+    assert sync_cells.sync_words(notebook, entries) is True
+    last = notebook.cells[-1]
+    assert last.id == "words-used-here" and last.source.splitlines()[0] == "## Words used here"
+    assert last.source.splitlines()[-2:] == [
+        '- <a id="glossary-accelerator-device"></a>**accelerator, device**: where PyTorch keeps a tensor.',
+        '- <a id="glossary-tensor"></a>**tensor**: PyTorch\'s array.']
+    assert sync_cells.sync_words(notebook, entries) is False, "a second run changes nothing"
+    # a cell added after it: the words cell moves back to the end; a link gone: its entry goes
+    notebook.cells.append(nbformat.v4.new_markdown_cell("## Exercises"))
+    notebook.cells[0].source = "A [tensor](#glossary-tensor)."
+    assert sync_cells.words_difference(notebook, entries)[2] is not None
+    assert sync_cells.sync_words(notebook, entries) is True
+    assert notebook.cells[-1].id == "words-used-here" and "accelerator" not in notebook.cells[-1].source
+    # no link at all: no words cell
+    notebook.cells[0].source = notebook.cells[1].source = "No links."
+    assert sync_cells.sync_words(notebook, entries) is True
+    assert [cell.source for cell in notebook.cells] == ["No links.", "No links.", "## Exercises"]
+
+
+def test_a_link_to_a_word_the_glossary_lacks_is_an_error():
+    entries = sync_cells.glossary_entries(GLOSSARY_TEXT)
+    with pytest.raises(ValueError, match="#glossary-rank, which GLOSSARY.md does not define"):
+        sync_cells.sync_words(words_notebook("A [rank](#glossary-rank)."), entries)
+
+
+def test_check_finds_a_words_cell_edited_by_hand(folder):
+    copy = next(folder.glob("02_*.ipynb"))
+    notebook = nbformat.read(str(copy), as_version=4)
+    notebook.cells[0].source += "\n\nA [tensor](#glossary-tensor) here."
+    nbformat.write(notebook, str(copy))
+    assert run_tool("--folder", str(folder)).returncode == 0
+    notebook = nbformat.read(str(copy), as_version=4)
+    assert notebook.cells[-1].source.startswith("## Words used here")
+    notebook.cells[-1].source += " (edited by hand)"
+    nbformat.write(notebook, str(copy))
+    found = run_tool("--check", "--folder", str(folder))
+    assert found.returncode == 1 and "edit GLOSSARY.md or the links" in found.stdout
