@@ -26,15 +26,19 @@ def test_exactly_two_commands_one_for_jupyterlab_one_for_the_tests():
     lab, test = commands()
     assert "\n" not in lab and "\n" not in test, "each must be one command line"
     for command in (lab, test):
-        assert "python3 -m venv .venv" in command and "pip install -r requirements.txt" in command
+        assert "python3 -m venv .venv" in command and "pip install -r requirements-lock.txt" in command
     assert lab.endswith("jupyter lab notebooks/")
     assert test.endswith("-m pytest")
 
 
-def test_ci_runs_the_readme_test_command():
+def test_ci_runs_the_readme_test_command_and_the_ranges_only_when_asked():
     test_command = commands()[1]
-    ci_lines = (REPO / ".ci" / "run").read_text().splitlines()
-    assert test_command in ci_lines
+    ci = (REPO / ".ci" / "run").read_text()
+    assert test_command in [line.strip() for line in ci.splitlines()]
+    ranges = test_command.replace("-r requirements-lock.txt", "--upgrade -r requirements.txt")
+    assert ranges in [line.strip() for line in ci.splitlines()]
+    assert re.search(r'if \[ "\$\{CI_RANGES:-0\}" = 1 \]; then\n(.*\n)*\s*' + re.escape(ranges) + r"\nelse\n\s*"
+                     + re.escape(test_command) + r"\nfi", ci)
 
 
 def test_every_notebook_is_in_the_readme_table():
@@ -50,7 +54,7 @@ def test_fast_switch_and_full_size_run_are_documented_for_contributors():
 
 def test_readme_is_for_learners_and_instructors_and_short():
     words = len(README.split())
-    assert words <= 1250, f"README has {words} words; what maintainers need goes to CONTRIBUTING.md"
+    assert words <= 1200, f"README has {words} words; what maintainers need goes to CONTRIBUTING.md"
     start = README[:README.index("## Two commands")]
     for must in ("Start with 01", "T4 GPU", "GPU T4 x2", "JupyterLab"):
         assert must in start, f"README's opening part should say {must!r}"
