@@ -422,6 +422,39 @@ def test_published_peak_matches_the_model_and_its_form_factor(name, peak):
         assert found[1].startswith("https://www.nvidia.com/")
 
 
+# The same table gives the memory bandwidth, which notebook 09 (an exact copy of this cell, kept by
+# tools/sync_cells.py) compares its kernels with: the A100's 80 GB cards have faster memory than the
+# 40 GB ones (1,935 GB/s PCIe, 2,039 GB/s SXM, against 1,555), and the P100's 12 GB card slower.
+@pytest.mark.parametrize("name, bandwidth", [
+    ("Tesla T4", 320), ("NVIDIA L4", 300),
+    ("NVIDIA A100-SXM4-40GB", 1555), ("NVIDIA A100-PCIE-40GB", 1555),
+    ("NVIDIA A100 80GB PCIe", 1935), ("NVIDIA A100-SXM4-80GB", 2039), ("NVIDIA A100-SXM-80GB", 2039),
+    ("NVIDIA A100-SXM4", None),  # no memory size in the name: the table cannot tell 40 from 80 GB
+    ("Tesla V100-SXM2-16GB", 900), ("Tesla V100-PCIE-32GB", 900),
+    ("Tesla P100-PCIE-16GB", 732), ("Tesla P100-PCIE-12GB", 549), ("Tesla P100-SXM2-16GB", 732),
+    ("Tesla P100-SXM2-12GB", None), ("Tesla V100-SXM3-32GB", None), ("NVIDIA L40S", None),
+])
+def test_datasheet_gives_the_bandwidth_of_the_model_its_memory_and_its_form_factor(name, bandwidth):
+    found = nb.datasheet(name)
+    assert (found and found[0]) == bandwidth
+    if found:
+        assert found[1:] == nb.published_peak(name) and found[2].startswith("https://www.nvidia.com/")
+
+
+@pytest.mark.parametrize("name, gigabytes", [
+    ("Tesla V100-SXM2-16GB", 16), ("NVIDIA A100 80GB PCIe", 80), ("NVIDIA A100-SXM4-40GB", 40),
+    ("Tesla T4", None), ("NVIDIA L4", None), ("NVIDIA H100 80GB HBM3", 80),
+])
+def test_memory_size_is_read_from_the_device_name(name, gigabytes):
+    assert nb.memory_gb(name) == gigabytes
+
+
+def test_each_model_of_the_datasheet_table_has_its_page_and_one_row_per_memory_and_form_factor():
+    rows = [(model, memory, form) for model, memory, form, *_ in nb.DATASHEETS]
+    assert len(rows) == len(set(rows))
+    assert {model for model, *_ in rows} == set(nb.DATASHEET_PAGES)
+
+
 @pytest.mark.parametrize("name, form", [
     ("Tesla V100-SXM2-16GB", "SXM2"), ("NVIDIA A100-SXM4-40GB", "SXM4"), ("NVIDIA A100-SXM-80GB", "SXM"),
     ("Tesla V100-PCIE-32GB", "PCIE"), ("NVIDIA A100 80GB PCIe", "PCIE"), ("Tesla T4", None),

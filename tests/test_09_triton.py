@@ -21,16 +21,32 @@ import os
 import re
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import types
+from pathlib import Path
 from unittest import mock
 
 import pytest
 import torch
 
+import notebook_code as nc
 from notebook_code import cell_source, helper_file, load_helpers, notebook_path, read, run_cell
 
 STAND_IN_TRITON = types.SimpleNamespace(jit=lambda function: function, constexpr=int)
+
+# What the core teaches, each in a visible code cell (tests/test_learner_first.py checks it): a kernel
+# with @triton.jit, its program id, its block of positions, masked loads and stores, tl.dot on tiles,
+# and the launch of a kernel on a grid.
+TAUGHT_CALLS = [
+    r"@triton\.jit\ndef \w+_kernel\(",
+    r"tl\.program_id\(0\)",
+    r"tl\.arange\(0, BLOCK\)",
+    r"tl\.load\([^\n]*mask=mask",
+    r"tl\.store\([^\n]*mask=mask",
+    r"tl\.dot\(a, b\)",
+    r"\w+_kernel\[grid\]\(",
+]
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +59,7 @@ def nb():
 # --- Which way the kernels run: compiled, interpreted or shown ------------------------------------
 
 @pytest.mark.gpu_branch("09", "triton_plan: device_type == 'cuda'")
+@pytest.mark.gpu_branch("09", "triton_plan: capability is not None and capability < (8, 0)")
 def test_triton_plan_for_each_kind_of_machine(nb):
     assert nb.triton_plan("cuda", None)[0] == "shown"
     assert nb.triton_plan("cpu", None)[0] == "shown"
@@ -51,6 +68,61 @@ def test_triton_plan_for_each_kind_of_machine(nb):
     for device_type in ("cpu", "mps", "xpu"):
         mode, reason = nb.triton_plan(device_type, "3.8.0")
         assert mode == "interpreter" and "times" in reason
+
+
+@pytest.mark.parametrize("capability, outside", [((7, 5), True), ((7, 0), True), ((6, 0), True),
+                                                 ((8, 0), False), ((8, 6), False), ((9, 0), False),
+                                                 (None, False)])
+def test_triton_plan_says_a_t4_is_outside_tritons_supported_gpus_and_what_tl_dot_does_there(
+        nb, capability, outside):
+    # Triton's README lists NVIDIA compute capability 8.0+; below it (PR #5066) tl.dot is plain FMAs.
+    mode, reason = nb.triton_plan("cuda", "3.8.0", capability)
+    assert mode == "compiled"
+    assert ("supports compute capability 8.0 and newer" in reason) == outside
+    if outside:
+        assert f"yours is {capability[0]}.{capability[1]}" in reason and "without Tensor Cores" in reason
+
+
+@pytest.mark.gpu_branch("09", "nvidia_capability: device.type == 'cuda' and (not hip)")
+def test_nvidia_capability_only_for_an_nvidia_gpu(nb):
+    asked = []
+    cuda = types.SimpleNamespace(get_device_capability=lambda device: asked.append(device) or (7, 5))
+    # torch.cuda.get_device_capability returns a tuple (major, minor); a T4 says (7, 5)
+    assert nb.nvidia_capability(torch.device("cuda:0"), hip=None, cuda=cuda) == (7, 5)
+    assert asked == [torch.device("cuda:0")]
+    assert nb.nvidia_capability(torch.device("cuda"), hip="6.4.43482", cuda=cuda) is None  # ROCm
+    assert nb.nvidia_capability(torch.device("cpu"), hip=None, cuda=cuda) is None
+    assert nb.nvidia_capability(torch.device("mps"), hip=None, cuda=cuda) is None
+    assert len(asked) == 1
+
+
+def test_import_failure_gives_the_errors_last_line_and_the_command_that_repairs_it(nb):
+    error = ImportError("Traceback line\ncannot import name 'triton_key' from 'triton.compiler'")
+    requires = ["filelock", 'triton==3.5.0; platform_system == "Linux" and platform_machine == "x86_64"']
+    why = nb.import_failure(error, "triton", requires, executable="/venv/bin/python")
+    assert why.startswith("triton is installed, but importing it fails (ImportError: cannot "
+                          "import name 'triton_key' from 'triton.compiler'), so the kernels are shown")
+    assert '\n    /venv/bin/python -m pip install --force-reinstall "triton==3.5.0"\n' in why
+    assert why.endswith("then restart the Jupyter kernel")
+    # This project's torch asks for "triton~=3.8.0; platform_system == ..." (a compatible release)
+    why = nb.import_failure(RuntimeError("boom"), "triton",
+                            ['triton~=3.8.0; platform_system == "Linux" and python_version < "3.15"'],
+                            executable="py")
+    assert '    py -m pip install --force-reinstall "triton~=3.8.0"' in why and "(RuntimeError: boom)" in why
+    # No pin (PyTorch's Windows wheels name no Triton): reinstall the installed one, triton-windows
+    why = nb.import_failure(ImportError("DLL load failed"), "triton-windows",
+                            ["filelock", "sympy>=1.13.3"], executable="python.exe")
+    assert "    python.exe -m pip install --force-reinstall --no-deps triton-windows\n" in why
+    assert why.startswith("triton-windows is installed")
+    assert "(ImportError: no message)" in nb.import_failure(ImportError(""), "triton", [])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton installed")
+def test_import_failure_reads_the_installed_distribution_and_torchs_requirement_itself(nb):
+    why = nb.import_failure(ImportError("boom"))  # this environment's triton and torch
+    assert why.startswith("triton is installed, but importing it fails (ImportError: boom)")
+    pins = [r for r in importlib.metadata.requires("torch") or [] if r.startswith("triton")]
+    assert ('--force-reinstall "triton' in why) == bool(pins)  # PyTorch's Linux wheels name one
 
 
 @pytest.mark.parametrize("triton_version, numpy_version, broken", [
@@ -75,12 +147,14 @@ def test_import_problem_only_when_triton_came_first_without_the_variable(nb):
     assert nb.import_problem("shown", True, None) is None
 
 
-def run_plan_cell(nb, device_type, versions, monkeypatch, imported=False):
+def run_plan_cell(nb, device_type, versions, monkeypatch, imported=False, capability=None,
+                  import_error=None):
     """Run the notebook's `plan` cell with a stand-in device, installed versions and `import`.
 
-    The cell's `import triton` gets a stand-in module, and `sys.modules` says whether triton was
-    imported before: this test process keeps its own triton untouched. Returns the cell's names and
-    the value TRITON_INTERPRET had when the cell imported triton ('not imported' if it did not).
+    The cell's `import triton` gets a stand-in module (or raises `import_error`, as a Triton built for
+    another PyTorch does), and `sys.modules` says whether triton was imported before: this test
+    process keeps its own triton untouched. Returns the cell's names and the value TRITON_INTERPRET
+    had when the cell imported triton ('not imported' if it did not).
     """
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     stand_in = types.ModuleType("triton")
@@ -90,11 +164,14 @@ def run_plan_cell(nb, device_type, versions, monkeypatch, imported=False):
     def fake_import(name, *args, **kwargs):
         if name.split(".")[0] == "triton":
             at_import[0] = os.environ.get("TRITON_INTERPRET")
+            if import_error is not None:
+                raise import_error
             return stand_in
         return builtins.__import__(name, *args, **kwargs)
 
     namespace = {**vars(nb), "device": torch.device(device_type),
                  "installed_version": lambda name: versions.get(name),
+                 "nvidia_capability": lambda device: capability,
                  "sys": types.SimpleNamespace(modules={"triton": stand_in} if imported else {}),
                  "__builtins__": {**vars(builtins), "__import__": fake_import}}
     print(run_cell("09", "plan", namespace), end="")  # what the cell printed, for capsys
@@ -123,6 +200,40 @@ def test_plan_cell_on_a_cpu_sets_the_variable_first_and_names_a_known_problem(nb
     assert "Restart the Jupyter kernel".lower() in namespace["known_problem"].lower()
 
 
+def test_plan_cell_finds_triton_windows_too(nb, monkeypatch):
+    namespace, at_import = run_plan_cell(nb, "cpu", {"triton-windows": "3.5.1.post21", "numpy": "2.3.5"},
+                                         monkeypatch)
+    assert namespace["TRITON_VERSION"] == "3.5.1.post21" and namespace["TRITON_MODE"] == "interpreter"
+    assert at_import == "1"
+
+
+@pytest.mark.parametrize("device_type, capability", [("cpu", None), ("cuda", (7, 5))])
+def test_plan_cell_shows_the_kernels_when_triton_is_installed_but_cannot_be_imported(
+        nb, monkeypatch, capsys, device_type, capability):
+    broken = ImportError("cannot import name 'knobs' from partially initialized module 'triton'")
+    namespace, at_import = run_plan_cell(nb, device_type, {"triton": "3.5.0", "numpy": "2.4.6"},
+                                         monkeypatch, capability=capability, import_error=broken)
+    assert at_import == ("1" if device_type == "cpu" else None)  # the import was tried
+    assert namespace["TRITON_MODE"] == "shown" and namespace["known_problem"] is None
+    assert isinstance(namespace["triton"], nb.KernelsShownOnly) and namespace["tl"] is namespace["triton"]
+    printed = capsys.readouterr().out
+    assert printed.startswith("Triton 3.5.0, shown: triton is installed, but importing it fails "
+                              "(ImportError: cannot import name 'knobs' from partially initialized "
+                              "module 'triton'), so the kernels are shown, not run.")
+    assert "-m pip install --force-reinstall" in printed and "Known problem" not in printed
+    assert printed.rstrip().endswith("then restart the Jupyter kernel.")
+    # every kernel cell after it still runs: the stand-in defines kernels, check_kernel skips them
+    assert namespace["tl"].jit(len) is len
+    assert nb.check_kernel("k", lambda: 1 / 0, None, namespace["TRITON_MODE"])[0] == "not run"
+
+
+def test_plan_cell_on_a_t4_says_it_is_outside_tritons_list(nb, monkeypatch, capsys):
+    namespace, _ = run_plan_cell(nb, "cuda", {"triton": "3.8.0", "numpy": "2.4.6"}, monkeypatch,
+                                 capability=(7, 5))
+    assert namespace["TRITON_MODE"] == "compiled" and namespace["CAPABILITY"] == (7, 5)
+    assert "yours is 7.5" in capsys.readouterr().out
+
+
 def test_plan_cell_on_a_gpu_compiles_and_never_sets_the_variable(nb, monkeypatch):
     # torch.device("cuda") can be made without a GPU: the cell only reads its type.
     namespace, at_import = run_plan_cell(nb, "cuda", {"triton": "3.1.0", "numpy": "2.4.6"}, monkeypatch,
@@ -146,7 +257,9 @@ def test_problem_sizes_leave_the_last_block_partly_filled_and_stay_small_under_t
     assert nb.problem_sizes("interpreter", True)["vector"] < nb.problem_sizes("interpreter", False)["vector"]
 
 
-def test_check_kernel_passes_fails_and_skips(nb):
+def test_check_kernel_passes_fails_and_skips(nb, monkeypatch):
+    monkeypatch.setattr(nb, "CHECKS", {})
+    monkeypatch.setitem(nb.check_kernel.__globals__, "CHECKS", nb.CHECKS)
     expected = torch.arange(5.0)
     status, verdict, result = nb.check_kernel("k", lambda: expected.clone(), expected, "interpreter")
     assert status == "passed" and "interpreter" in verdict and torch.equal(result, expected)
@@ -165,15 +278,33 @@ def test_check_kernel_passes_fails_and_skips(nb):
     called = []
     status, verdict, result = nb.check_kernel("k", lambda: called.append(1), expected, "shown")
     assert status == "not run" and called == [] and result is None
+    assert nb.CHECKS == {"k": "not run"}  # the last check under each name, for report_figures
+    nb.check_kernel("other", lambda: expected.clone(), expected, "compiled")
+    assert nb.CHECKS == {"k": "not run", "other": "passed"}
 
 
 def test_check_kernel_uses_the_tolerance_it_is_given(nb):
     expected = torch.ones(4)
-    nearly = expected + 5e-3
+    nearly = expected + 5e-3  # about what TF32's 10-bit mantissas give a float32 matrix product
     assert nb.check_kernel("k", lambda: nearly, expected, "compiled")[0] == "failed"
-    tolerance = nb.matmul_tolerance("compiled")
-    assert nb.check_kernel("k", lambda: nearly, expected, "compiled", **tolerance)[0] == "passed"
-    assert nb.matmul_tolerance("interpreter")["rtol"] < tolerance["rtol"]
+    tf32 = nb.matmul_tolerance("compiled", (8, 0))
+    assert nb.check_kernel("k", lambda: nearly, expected, "compiled", **tf32)[0] == "passed"
+    float32 = nb.matmul_tolerance("compiled", (7, 5))
+    assert nb.check_kernel("k", lambda: nearly, expected, "compiled", **float32)[0] == "failed"
+    assert nb.check_kernel("k", lambda: expected + 5e-5, expected, "compiled", **float32)[0] == "passed"
+
+
+@pytest.mark.gpu_branch("09", "matmul_tolerance: mode == 'compiled' and capability is not None and "
+                              "(capability >= (8, 0))")
+@pytest.mark.parametrize("mode, capability, tf32", [
+    ("compiled", (7, 5), False),  # a T4: tl.dot is float32 FMAs since triton PR #5066
+    ("compiled", (7, 0), False), ("compiled", (8, 0), True), ("compiled", (8, 9), True),
+    ("compiled", (9, 0), True), ("compiled", None, False),  # None: an AMD GPU, whose default is "ieee"
+    ("interpreter", None, False), ("interpreter", (8, 0), False), ("shown", (9, 0), False),
+])
+def test_matmul_tolerance_allows_tf32_only_from_compute_capability_8(nb, mode, capability, tf32):
+    tolerance = nb.matmul_tolerance(mode, capability)
+    assert tolerance == ({"atol": 1e-2, "rtol": 1e-2} if tf32 else {"atol": 1e-4, "rtol": 1e-4})
 
 
 def test_installed_version_reads_the_metadata_or_says_none(nb):
@@ -194,7 +325,8 @@ class RecordingKernel:
 @pytest.fixture
 def launched(nb, monkeypatch):
     """The notebook's kernels replaced by RecordingKernels, and `triton` by one with triton.cdiv."""
-    kernels = {name: RecordingKernel() for name in ("add_kernel", "softmax_kernel", "matmul_kernel")}
+    kernels = {name: RecordingKernel()
+               for name in ("add_kernel", "softmax_kernel", "matmul_kernel", "add_relu_double_kernel")}
     functions = nb.add.__globals__
     for name, kernel in kernels.items():
         monkeypatch.setitem(functions, name, kernel)
@@ -210,6 +342,44 @@ def test_add_launches_one_program_per_block_also_for_a_part_filled_last_block(nb
         grid, args, meta = launched["add_kernel"].launches[-1]
         assert grid == (programs,) and meta == {"BLOCK": 256}
         assert args[3] == n and args[2] is out and out.shape == (n,)
+
+
+def test_your_fused_kernel_launches_one_program_per_block(nb, launched):
+    x, y = torch.ones(513), torch.ones(513)
+    out = nb.add_relu_double_fused(x, y)
+    ((grid, args, meta),) = launched["add_relu_double_kernel"].launches
+    assert grid == (3,) and meta == {"BLOCK": 256}
+    assert args[0] is x and args[1] is y and args[2] is out and args[3] == 513 and out.shape == (513,)
+    nb.add_relu_double_fused(x[:512], y[:512], block=512)
+    assert launched["add_relu_double_kernel"].launches[-1][0] == (1,)
+
+
+class ComputingKernel:
+    """Stands in for a compiled elementwise kernel: `kernel[grid](x, y, out, n, BLOCK=...)` writes
+    `formula(x, y)` into out, as the real one does program by program."""
+
+    def __init__(self, formula):
+        self.formula = formula
+
+    def __getitem__(self, grid):
+        def launch(x, y, out, n, BLOCK):
+            assert grid == ((n + BLOCK - 1) // BLOCK,)
+            out.copy_(self.formula(x, y))
+        return launch
+
+
+@pytest.mark.parametrize("formula, verdict", [
+    (lambda x, y: torch.maximum(x + y, torch.tensor(0.0)) * 2, "your fused kernel: matches PyTorch "),
+    (lambda x, y: torch.maximum(x + y, torch.tensor(0.0)), "your fused kernel: FAILED, AssertionError"),
+])
+def test_your_turn_cell_checks_your_kernel_against_the_three_pytorch_operations(nb, formula, verdict):
+    x, y = torch.tensor([1.0, -3.0, 0.5, 2.0]), torch.tensor([0.5, 1.0, -2.0, -1.0])
+    cdiv = lambda x, y: (x + y - 1) // y  # noqa: E731 (triton/__init__.py's cdiv)
+    namespace = {**vars(nb), "x": x, "y": y, "TRITON_MODE": "compiled", "known_problem": None,
+                 "add_relu_double_kernel": ComputingKernel(formula),
+                 "triton": types.SimpleNamespace(cdiv=cdiv)}
+    printed = run_cell("09", "yourturn-check", namespace)
+    assert printed.startswith(verdict), printed
 
 
 def test_softmax_launches_one_program_per_row_of_a_contiguous_copy(nb, launched):
@@ -229,8 +399,9 @@ def test_matmul_launches_one_program_per_tile_of_the_result(nb, launched):
     assert meta == {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64}
 
 
-@pytest.mark.parametrize("blocks, reason", [((48, 32, 32), "48 is not a power of two"),
-                                            ((32, 32, 8), "8 is below 16")])
+@pytest.mark.parametrize("blocks, reason", [
+    ((48, 32, 32), "48 is not a power of two"),
+    ((32, 32, 8), "8 is below 16, the tile size tl.dot accepts on every Triton release")])
 def test_matmul_refuses_block_sizes_triton_cannot_use_in_plain_words_before_any_launch(
         nb, launched, blocks, reason):
     a, b = torch.randn(64, 64), torch.randn(64, 64)
@@ -329,11 +500,23 @@ def test_block_problem_at_its_boundaries(nb, blocks, allowed):
 
 # --- Step 4 on a GPU, with stand-ins ----------------------------------------------------------------
 
-def test_published_peaks_by_name(nb):
-    assert nb.published_peaks("Tesla T4") == (320, 8.1)
-    assert nb.published_peaks("NVIDIA A100-SXM4-40GB") == (1555, 19.5)
-    assert nb.published_peaks("NVIDIA L40S") == (None, None)  # L4 must not match L40S
-    assert nb.published_peaks("AMD Instinct MI300X") == (None, None)
+# Step 4 reads notebook 01's datasheet table, copied whole (tools/sync_cells.py); its rows are tested in
+# tests/test_01_check_gpu.py. Here: the copy gives Step 4 one peak per model, memory and form factor.
+@pytest.mark.parametrize("name, peaks", [
+    ("Tesla T4", (320, 8.1)), ("NVIDIA A100-SXM4-40GB", (1555, 19.5)),
+    ("NVIDIA A100-SXM4-80GB", (2039, 19.5)), ("NVIDIA A100 80GB PCIe", (1935, 19.5)),
+    ("Tesla V100-SXM2-16GB", (900, 15.7)), ("Tesla V100-PCIE-32GB", (900, 14.0)),
+    ("NVIDIA L40S", None), ("AMD Instinct MI300X", None),  # L4 must not match L40S
+])
+def test_the_datasheet_copy_gives_step_4_the_peaks_of_the_model_memory_and_form_factor(nb, name, peaks):
+    found = nb.datasheet(name)
+    assert (found and found[:2]) == peaks
+
+
+def test_the_datasheet_copy_keeps_notebook_01s_other_helpers_working(nb):
+    assert nb.published_peak("Tesla T4") == (8.1, "https://www.nvidia.com/en-us/data-center/tesla-t4/")
+    assert nb.datasheet_table("Tesla T4", 4050.0).iloc[0]["share_of_peak_pct"] == 50
+    assert nb.datasheet_table("NVIDIA L40S", 1.0) is None
 
 
 def test_speed_table_from_stand_in_timings(nb, capsys):
@@ -348,7 +531,7 @@ def test_speed_table_from_stand_in_timings(nb, capsys):
             raise RuntimeError("launch failed")
         return 1e-3
 
-    table = nb.speed_table(candidates, seconds_of, (320, 8.1))
+    table = nb.speed_table(candidates, seconds_of, (320, 8.1, "https://www.nvidia.com/"))
     vector = table.loc[("vector add", "PyTorch x + y")]
     assert vector.GB_per_s == pytest.approx(3 * 1000 * 4 / 1e-3 / 1e9, abs=0.01)
     assert vector.share_of_peak_pct == pytest.approx(100 * vector.GB_per_s / 320, abs=0.01)
@@ -360,11 +543,11 @@ def test_speed_table_from_stand_in_timings(nb, capsys):
     assert product.share_of_peak_pct == pytest.approx(round(100 * 2 * 8 * 4 * 6 / 1e-3 / 1e12 / 8.1, 2))
     unfused = table.loc[("row softmax", "five PyTorch operations")].GB_per_s
     assert unfused > table.loc[("row softmax", "torch.softmax")].GB_per_s  # more bytes in the same time
-    no_peaks = nb.speed_table(candidates[:1], lambda f: 1e-3, (None, None))
+    no_peaks = nb.speed_table(candidates[:1], lambda f: 1e-3, None)
     assert math.isnan(no_peaks.share_of_peak_pct.iloc[0])
 
 
-def run_speed_cell(nb, mode, gpu_name="Tesla T4"):
+def run_speed_cell(nb, mode, gpu_name="Tesla T4", n=100):
     """The `speed` cell in Triton mode `mode`; on a GPU (compiled) torch.compile, the device name and
     time_it are stand-ins. Returns what it displayed and what it printed."""
     shown = []
@@ -374,7 +557,7 @@ def run_speed_cell(nb, mode, gpu_name="Tesla T4"):
     namespace = {**vars(nb), "TRITON_MODE": mode, "torch": stand_in_torch,
                  "device": torch.device("cuda" if mode == "compiled" else "cpu"), "display": shown.append,
                  "time_it": lambda function, device, repeats, warmup: 2e-3,
-                 "x": torch.ones(100), "y": torch.ones(100), "matrix": torch.ones(4, 10),
+                 "x": torch.ones(n), "y": torch.ones(n), "matrix": torch.ones(4, 10),
                  "a": torch.ones(8, 4), "b": torch.ones(4, 6)}
     return shown, run_cell("09", "speed", namespace)
 
@@ -384,7 +567,17 @@ def test_step_4_gpu_branch_runs_with_stand_ins(nb, gpu_name, known):
     (table,), printed = run_speed_cell(nb, "compiled", gpu_name)
     assert len(table) == 8 and table.ms.eq(2.0).all()
     assert table.share_of_peak_pct.notna().all() == known
-    assert ("Your GPU is not in PUBLISHED_PEAKS" in printed) != known
+    assert (f"{gpu_name} is not in the datasheet table" in printed) != known
+
+
+def test_step_4_compares_an_a100_80gb_with_its_own_bandwidth(nb):
+    # The 80 GB SXM module moves 2,039 GB/s (NVIDIA's datasheet), the 40 GB card 1,555 GB/s.
+    (table,), _ = run_speed_cell(nb, "compiled", "NVIDIA A100-SXM4-80GB", n=10**7)
+    vector = table.loc[("vector add", "your add_kernel")]
+    assert vector.GB_per_s == 60.0  # 3 vectors of 4e7 bytes in the stand-in time_it's 2 ms
+    assert vector.share_of_peak_pct == round(100 * 60 / 2039, 2)
+    (table_40,), _ = run_speed_cell(nb, "compiled", "NVIDIA A100-SXM4-40GB", n=10**7)
+    assert table_40.loc[("vector add", "your add_kernel")].share_of_peak_pct > vector.share_of_peak_pct
 
 
 @pytest.mark.parametrize("mode", ["interpreter", "shown"])
@@ -395,7 +588,55 @@ def test_step_4_without_a_gpu_times_nothing_and_says_why(nb, mode):
 
 def test_no_timing_message_says_why(nb):
     assert "mean nothing" in nb.no_timing_message("interpreter")
-    assert "Without Triton" in nb.no_timing_message("shown")
+    assert "Without a working Triton" in nb.no_timing_message("shown")
+
+
+# --- The figures the core reports (issue 32): report_figures once, near the end of the core ----------
+
+def test_kernel_figures_keep_each_check_and_on_a_gpu_each_of_your_kernels_speeds(nb):
+    checks = {"vector add": "passed", "matrix product": "failed"}
+    assert nb.kernel_figures(checks, None) == {"check vector add": "passed",
+                                               "check matrix product": "failed"}
+    x = y = torch.ones(1000)
+    candidates = nb.speed_candidates(x, y, torch.ones(10, 100), torch.ones(8, 4), torch.ones(4, 6), None)
+    speeds = nb.speed_table(candidates, lambda f: 1e-3, (320, 8.1, "page"))
+    figures = nb.kernel_figures({}, speeds)
+    assert figures["add_kernel GB_per_s"] == speeds.loc[("vector add", "your add_kernel")].GB_per_s
+    assert figures["add_kernel share_of_peak_pct"] == pytest.approx(100 * 0.012 / 320, abs=0.01)
+    assert set(figures) == {f"{kernel} {column}" for kernel, unit in (
+        ("add_kernel", "GB_per_s"), ("softmax_kernel", "GB_per_s"), ("matmul_kernel", "TFLOP_per_s"))
+        for column in (unit, "share_of_peak_pct")}
+    unknown = nb.kernel_figures({}, nb.speed_table(candidates, lambda f: 1e-3, None))
+    assert unknown["matmul_kernel share_of_peak_pct"] is None  # NaN is no JSON number
+    assert isinstance(unknown["matmul_kernel TFLOP_per_s"], float)
+
+
+@pytest.mark.parametrize("mode, fallback", [("compiled", None),
+                                            ("interpreter", "Triton interpreter on the CPU"),
+                                            ("shown", "shown, not run")])
+def test_the_core_reports_its_figures_once_with_what_stood_in(nb, mode, fallback):
+    reported = []
+    speeds = None
+    if mode == "compiled":
+        candidates = nb.speed_candidates(torch.ones(100), torch.ones(100), torch.ones(4, 10),
+                                         torch.ones(8, 4), torch.ones(4, 6), None)
+        speeds = nb.speed_table(candidates, lambda f: 2e-3, nb.datasheet("Tesla T4"))
+    namespace = {**vars(nb), "TRITON_MODE": mode, "speeds": speeds, "CHECKS": {"vector add": "passed"},
+                 "report_figures": lambda fallback=None, **figures: reported.append((fallback, figures))}
+    run_cell("09", "report", namespace)
+    ((said, figures),) = reported
+    assert said == fallback and figures["check vector add"] == "passed"
+    assert ("add_kernel GB_per_s" in figures) == (mode == "compiled")
+    json.dumps(figures, allow_nan=False)  # plain numbers and strings
+
+
+def test_the_report_cell_is_the_last_code_cell_of_the_core():
+    notebook = read(notebook_path("09"))
+    core = [cell for cell in nc.core_cells(notebook) if cell.cell_type == "code"]
+    assert core[-1].get("id") == "report"
+    calls = [cell.get("id") for cell in notebook.cells
+             if cell.cell_type == "code" and "report_figures(" in cell.source]
+    assert calls == ["report"] or calls == ["cell-03", "report"]
 
 
 # --- Step 5: Inductor's plan and its generated code --------------------------------------------------
@@ -523,12 +764,16 @@ for rows, cols in ((3, 1), (3, 64), (3, 65), (2, 1000)):
                                "interpreter")[:2])
     expect(cols, *check_kernel(f"in steps {rows}x{cols}", lambda: softmax_in_steps(m),
                                torch.softmax(m, 1), "interpreter")[:2])
+for n in (1, 255, 256, 257, 1000):
+    x, y = torch.randn(n), torch.randn(n)
+    expect(n, *check_kernel(f"fused n={n}", lambda: add_relu_double_fused(x, y),
+                            add_relu_double(x, y), "interpreter")[:2])
 for (M, N, K), blocks in (((32, 32, 32), (32, 32, 32)), ((33, 31, 17), (32, 32, 32)),
                           ((1, 1, 1), (16, 16, 16)), ((48, 40, 56), (16, 16, 16)),
                           ((20, 70, 40), (16, 64, 32))):
     a, b = torch.randn(M, K), torch.randn(K, N)
     expect(M, *check_kernel(f"matmul {M}x{N}x{K} {blocks}", lambda: matmul(a, b, blocks), a @ b,
-                            "interpreter", **matmul_tolerance("interpreter"))[:2])
+                            "interpreter", **matmul_tolerance("interpreter", None))[:2])
 if data_file:
     measurement.stop()
     measurement.save()
@@ -575,3 +820,52 @@ def test_install_cell_treats_triton_as_optional_from_3_2(nb, version, problem):
         assert problem in problems["triton"]
         report = " ".join(nb.setup_report(problems, nb.PACKAGES, hosted=True).split())
         assert "Everything else still works: without triton, the kernels are shown, not run" in report
+
+
+# --- A Triton that is installed but cannot be imported, for real -------------------------------------
+# As tests/test_broken_packages.py does for fastai: a throwaway environment whose triton has its real
+# metadata (importlib.metadata says 3.8.0 is installed, so the install cell is content) but whose code
+# raises ImportError, as a Triton built for another PyTorch, or a broken triton-windows, does. Notebook 09
+# runs alone in it, as on Kaggle with Internet off, and must read to the end with its kernels shown.
+
+BROKEN_TRITON = "cannot import name 'knobs' from partially initialized module 'triton'"
+
+
+def environment_with_a_triton_that_cannot_be_imported(folder):
+    from test_missing_packages import environment_without
+
+    python = environment_without("triton", folder)
+    site = next(folder.glob("lib/python*/site-packages"))
+    here = Path(sysconfig.get_paths()["purelib"])
+    (info,) = here.glob("triton-*.dist-info")
+    (site / info.name).symlink_to(info)  # the metadata says triton is installed
+    (site / "triton").mkdir()
+    (site / "triton" / "__init__.py").write_text(f"raise ImportError({BROKEN_TRITON!r})\n")
+    return python
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton's metadata to copy")
+def test_notebook_09_with_a_triton_that_cannot_be_imported_shows_its_kernels_to_the_end(tmp_path):
+    from test_missing_packages import errors, run_alone, text_of
+
+    python = environment_with_a_triton_that_cannot_be_imported(tmp_path / "venv")
+    said = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('triton'))"],
+                          capture_output=True, text=True, check=True)
+    version = said.stdout.strip()
+    failed = subprocess.run([str(python), "-c", "import triton"], capture_output=True, text=True)
+    assert failed.returncode != 0 and BROKEN_TRITON in failed.stderr
+
+    folder = tmp_path / "run09"
+    folder.mkdir()
+    cells = run_alone(python, "09", folder)
+    assert errors(cells) == [], "Run All must reach the end: no NameError after the plan cell"
+    assert all(cell["count"] is not None for cell in cells), "every code cell must have run"
+    assert "Packages ready" in text_of(cells[0])  # the install cell leaves the import to the plan cell
+    texts = [" ".join(text_of(cell).split()) for cell in cells]
+    (plan,) = [text for text in texts if text.startswith(f"Triton {version}, ")]
+    assert plan.startswith(f"Triton {version}, shown: triton is installed, but importing it fails "
+                           f"(ImportError: {BROKEN_TRITON}), so the kernels are shown, not run.")
+    assert "-m pip install --force-reinstall" in plan and plan.endswith("restart the Jupyter kernel.")
+    assert sum("not run (no Triton)" in text for text in texts) >= 4, "each kernel's check says so"
+    assert not any("matches PyTorch" in text for text in texts)
+    assert any(text.startswith("Without a working Triton nothing runs") for text in texts)

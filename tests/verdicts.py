@@ -247,6 +247,11 @@ VERDICTS = {
         Verdict(r"^row softmax: matches PyTorch (under Triton's interpreter|on the GPU)$", "triton",
                 "the fused softmax kernel ran and matched PyTorch"),
     ],
+    ("09", "yourturn-check"): [
+        Verdict(r"^your fused kernel: matches PyTorch (under Triton's interpreter|on the GPU)$", "triton",
+                "the learner's fused relu(x + y) * 2 kernel ran and matched the three PyTorch "
+                "operations"),
+    ],
     ("09", "matmul-check"): [
         Verdict(r"^matrix product: matches PyTorch (under Triton's interpreter|on the GPU)$", "triton",
                 "the tiled matrix product ran and matched PyTorch"),

@@ -43,6 +43,7 @@ SHARED = [
     Shared("#@title Setup, part 1: install what Colab or Kaggle lack", "01", keep=("PACKAGES",)),
     Shared("#@title Shared setup: helpers, the device and the fast switch", "01"),
     Shared("#@title Plumbing: run programs with a time limit", "06", ("08",)),
+    Shared("#@title The datasheet table: published peaks of a few NVIDIA GPUs", "01", ("09",)),
 ]
 
 
