@@ -13,14 +13,24 @@ The branches a learner's GPU, Mac or AMD machine takes, and the test that execut
   a release that computes a loss without any error: test_a_run_without_error_is_called_silently_wrong.
 - AMD (ROCm), whose kernel asserts abort the process: test_a_process_killed_by_a_signal_is_reported.
 - Windows, stopping a process tree with taskkill: test_stopping_on_windows_uses_taskkill_on_the_tree.
+  The variable reaches the child's environment: test_on_a_cuda_gpu_step_1_runs_the_script_twice_...
+- NVIDIA GPU, Steps 3 and 5 run on it (cuda_or_cpu), the CPU elsewhere: float16 autocast and the
+  GradScaler made for CUDA, test_step_3_makes_its_float16_autocast_and_grad_scaler_for_run_on;
+  deterministic algorithms with warn_only=True and the warning a CNN's backward gives on CUDA,
+  test_step_5_on_a_cuda_gpu_turns_on_deterministic_algorithms_that_warn_and_restores_the_default;
+  CUBLAS_WORKSPACE_CONFIG before any work on the GPU, test_cublas_workspace_config_is_set_before_...
+- NVIDIA GPU, Step 4's mismatch on the GPU itself (`meta` only without one):
+  test_on_a_cuda_gpu_step_4_mixes_the_gpu_and_the_cpu_and_prints_pytorchs_message.
 - Step 2 and Going deeper on `device`: run on the CPU here; nondeterminism_verdict's CUDA wording:
-  test_nondeterminism_verdict_for_each_case.
+  test_nondeterminism_verdict_for_each_case. What stood in for a CUDA GPU, for report_figures:
+  test_the_core_reports_its_figures_once_with_what_stood_in.
 Nothing here needs a GPU.
 """
 import ast
 import math
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,9 +47,31 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from notebook_code import helper_file, load_helpers, notebook_path, read, run_cell
+from notebook_code import (SHARED_CELL_FIRST_LINE, code_cells, core_cells, helper_file, load_helpers,
+                           notebook_path, read, run_cell)
 
 nb = load_helpers("07")
+NOTEBOOK = read(notebook_path("07"))
+
+# The PyTorch calls notebook 07 teaches, each in a visible code cell of its core (issue 30).
+TAUGHT_CALLS = [
+    r'"CUDA_LAUNCH_BLOCKING": "1"',
+    r"\.register_forward_hook\(",
+    r"torch\.autograd\.detect_anomaly\(\)",
+    r"nn\.utils\.clip_grad_norm_\(",
+    r"torch\.autocast\(run_on\.type, dtype=torch\.float16",
+    r"torch\.amp\.GradScaler\(run_on\.type",
+    r"scaler\.scale\(loss\)\.backward\(\)",
+    r"scaler\.step\(optimizer\)",
+    r"scaler\.update\(\)",
+    r"register_buffer\(",
+    r"device=x\.device",
+    r"DataLoader\(.*num_workers=0",
+    r"torch\.manual_seed\(seed\)",
+    r"torch\.use_deterministic_algorithms\(True, warn_only=True\)",
+    r"torch\.backends\.cudnn\.benchmark = False",
+    r'os\.environ\.setdefault\("CUBLAS_WORKSPACE_CONFIG", ":4096:8"\)',
+]
 BUG_LINE = nb.line_number_of(nb.LABEL_SCRIPT_SOURCE, nb.BUG_MARKER)
 
 
@@ -214,6 +246,36 @@ def test_a_blocking_cuda_run_points_at_the_bug():
     described = nb.describe_label_run({"timed_out": False, "returncode": 1,
                                        "output": cuda_output(BUG_LINE)})
     assert f"Raised at line {BUG_LINE}, the line that reads the bad label." in described
+
+
+def test_on_a_cuda_gpu_step_1_runs_the_script_twice_the_second_time_with_cuda_launch_blocking(
+        monkeypatch, tmp_path):
+    # A learner's own CUDA_LAUNCH_BLOCKING=1 must not reach the first run, which shows the usual report.
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
+    calls = []
+
+    def run_with_time_limit(command, time_limit_s, env_changes=None):
+        """Records the call; what a child process started with these changes sees of the variable
+        decides which line a T4's traceback blames (stand-in output shaped like cuda_output)."""
+        calls.append((command, time_limit_s, env_changes))
+        child = [sys.executable, "-c", "import os; print(os.environ.get('CUDA_LAUNCH_BLOCKING'))"]
+        seen = nb.run_with_time_limit(child, 60, env_changes)["output"].strip()
+        line = BUG_LINE if seen == "1" else script_line("optimizer.step()")
+        return {"returncode": 1, "output": cuda_output(line), "timed_out": False, "seconds": 2.0}
+
+    script = tmp_path / nb.LABEL_SCRIPT_NAME
+    namespace = {**vars(nb), "device": torch.device("cuda"), "label_script": script,
+                 "run_with_time_limit": run_with_time_limit}
+    printed = run_cell("07", "cell-09", namespace)
+    assert [command for command, _, _ in calls] == [[sys.executable, script, "cuda"]] * 2
+    assert [env for _, _, env in calls] == [{"CUDA_LAUNCH_BLOCKING": None}, {"CUDA_LAUNCH_BLOCKING": "1"}]
+    assert all(limit == nb.TIME_LIMIT_S for _, limit, _ in calls)
+    titles = [line for line in printed.splitlines() if line.startswith("=====")]
+    assert titles[0].startswith("===== on the GPU: exit code 1")
+    assert titles[1].startswith("===== on the GPU with CUDA_LAUNCH_BLOCKING=1: exit code 1")
+    readings = [line for line in printed.splitlines() if line.startswith("-> ")]
+    assert f"not at line {BUG_LINE}" in readings[0] and "restart" in readings[0]
+    assert f"Raised at line {BUG_LINE}, the line that reads the bad label." in readings[1]
 
 
 def test_a_run_without_error_is_called_silently_wrong():
@@ -462,7 +524,41 @@ def test_a_learning_rate_too_high_is_caught_by_the_alarm_before_the_loss_breaks(
     assert rows[-1]["loss"] > 0.1, "clipping keeps it finite, but the loss stalls"
 
 
-# --- Step 3: float16 for real on the CPU ------------------------------------------------------------
+# --- Step 3: float16 on run_on, for real on the CPU ---------------------------------------------------
+
+def float16(value):
+    """`value` stored in float16 and read back, as PyTorch rounds it."""
+    return torch.tensor(value, dtype=torch.float64).to(torch.float16).item()
+
+
+def test_the_prose_says_where_float16_rounds_to_0_as_torch_does():
+    info = torch.finfo(torch.float16)
+    smallest = info.tiny * info.eps  # the smallest float16 above 0 (a subnormal one)
+    threshold = 2.0 ** -25
+    assert smallest == 2.0 ** -24 and threshold == smallest / 2, "half the smallest number above 0"
+    # float32 gradients, as autocast's backward hands them to float16: 2**-25 is the largest that gives 0
+    gradients = torch.tensor([threshold, -threshold, smallest * 0.75], dtype=torch.float32)
+    gradients = torch.cat([gradients, torch.nextafter(gradients[:1], torch.tensor([1.0]))])
+    assert gradients.to(torch.float16).tolist() == [0.0, 0.0, smallest, smallest]
+    prose = " ".join(" ".join(cell.source.split()) for cell in NOTEBOOK.cells if cell.cell_type == "markdown")
+    stated = re.findall(r"at or below (?:2⁻²⁵ \()?about (\d(?:\.\d+)?e-\d+)", prose)
+    assert len(stated) >= 3, "Step 3 says it twice and the Summary once"
+    assert {float(number) for number in stated} == {float(f"{threshold:.1g}")}  # about 3e-8
+    assert "at or below 2⁻²⁵" in prose
+    assert not re.search(r"below (about )?6e-8", prose), "6e-8 is the smallest float16, not the limit"
+
+
+def test_the_table_shows_values_on_both_sides_of_the_limit_the_prose_states():
+    namespace = {**vars(nb), "device": torch.device("cpu")}
+    run_cell("07", "cell-33", namespace)
+    values = namespace["values"]
+    below = max(value for value in values if value <= 2.0 ** -25)
+    above = min(value for value in values if value > 2.0 ** -25)
+    assert below >= 2.5e-8 and above <= 3.5e-8, "one value each side of the limit, close to it"
+    assert float16(below) == 0 and nb.float16_fate(below) == "rounds to 0"
+    assert float16(above) > 0 and nb.float16_fate(above) == "rounded, to fewer digits"
+
+
 
 @pytest.mark.parametrize("value", [
     0.0, 0.1, 2048.0, 2049.0, 65504.0, 65519.99, 65520.0, 65536.0, 1e5, -65520.0, -65504.0,
@@ -479,12 +575,28 @@ def test_float16_fate_says_what_the_conversion_really_does(value):
 
 
 def test_stored_as_shows_the_three_formats():
-    assert nb.stored_as([65520.0, 2049.0], torch.float16) == ["inf", "2048"]
-    assert nb.stored_as([65520.0, 2049.0], torch.bfloat16) == ["65536", "2048"]
-    assert nb.stored_as([65520.0, 2049.0], torch.float32) == ["65520", "2049"]
+    cpu = torch.device("cpu")
+    assert nb.stored_as([65520.0, 2049.0], torch.float16, cpu) == ["inf", "2048"]
+    assert nb.stored_as([65520.0, 2049.0], torch.bfloat16, cpu) == ["65536", "2048"]
+    assert nb.stored_as([65520.0, 2049.0], torch.float32, cpu) == ["65520", "2049"]
+    assert nb.stored_as([2.9e-8, 3e-8], torch.float16, cpu) == ["0", "5.96046e-08"]
 
 
-def test_a_grad_scaler_keeps_small_float16_gradients(pictures):
+@pytest.mark.gpu_branch("07", "cuda_or_cpu: device.type == 'cuda'")
+@pytest.mark.parametrize("device, where", [("cuda", "cuda"), ("cuda:1", "cuda:1"), ("cpu", "cpu"),
+                                           ("mps", "cpu"), ("xpu", "cpu")])
+def test_steps_3_and_5_run_on_an_nvidia_gpu_and_else_on_the_cpu(device, where):
+    assert nb.cuda_or_cpu(torch.device(device)) == torch.device(where)
+
+
+@pytest.fixture
+def on_the_cpu(monkeypatch):
+    """run_on, which Step 3's functions read, as the notebook sets it without a GPU."""
+    for function in (nb.zero_gradient_percent, nb.train_float16):
+        monkeypatch.setitem(function.__globals__, "run_on", torch.device("cpu"))
+
+
+def test_a_grad_scaler_keeps_small_float16_gradients(pictures, on_the_cpu):
     inputs, labels = pictures[0] / 255, pictures[1]
     float32 = nb.zero_gradient_percent(inputs, labels, 1e-5, False)
     float16 = nb.zero_gradient_percent(inputs, labels, 1e-5, True)
@@ -493,7 +605,7 @@ def test_a_grad_scaler_keeps_small_float16_gradients(pictures):
     assert scaled < float32 + 1, "with one, nearly all are as in float32"
 
 
-def test_the_scaler_skips_exactly_the_steps_that_overflow_and_adjusts_its_scale(pictures):
+def test_the_scaler_skips_exactly_the_steps_that_overflow_and_adjusts_its_scale(pictures, on_the_cpu):
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24, growth_interval=10)
     rows = nb.train_float16(nb.make_classifier(nn.LogSoftmax(dim=1)), pictures[0] / 255,
                             pictures[1], scaler, steps=30)
@@ -508,6 +620,101 @@ def test_the_scaler_skips_exactly_the_steps_that_overflow_and_adjusts_its_scale(
         row["skipped"] for row in rows[good_run:good_run + 10]), "doubles after 10 good steps"
 
 
+class RecordingAmp:
+    """torch.amp for a cell: GradScaler(device, **settings), as torch.amp.GradScaler takes them, records
+    them and returns a real GradScaler on the CPU with the same settings (a CPU-only PyTorch would
+    disable a CUDA one and scale nothing)."""
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    def GradScaler(self, device="cuda", **settings):  # noqa: N802, torch.amp's own name
+        self.calls.append(("GradScaler", device, settings))
+        return torch.amp.GradScaler("cpu", **settings)
+
+
+class RecordingTorch:
+    """`torch` for Step 3's cells: autocast(device_type, dtype, enabled) and amp.GradScaler record what
+    they are asked for and run on the CPU; everything else is torch itself."""
+
+    def __init__(self):
+        self.calls = []
+        self.amp = RecordingAmp(self.calls)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def autocast(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        self.calls.append(("autocast", device_type, dtype, enabled))
+        return torch.autocast("cpu", dtype=dtype, enabled=enabled)
+
+
+class StaysOnTheCpu(nn.Sequential):
+    """A classifier whose .to(device) records the device and keeps it on the CPU."""
+
+    moves = []
+
+    def to(self, device, *args, **kwargs):
+        type(self).moves.append(torch.device(device))
+        return self
+
+
+class CopiedTo:
+    """A CPU tensor whose .to(device) records the device and hands back the tensor itself."""
+
+    def __init__(self, tensor, moves):
+        self.tensor, self.moves = tensor, moves
+
+    def to(self, device):
+        self.moves.append(torch.device(device))
+        return self.tensor
+
+
+def cell_text(cell_id):
+    return next(cell.source for cell in NOTEBOOK.cells if cell.get("id") == cell_id)
+
+
+@pytest.mark.parametrize("device_type", ["cuda", "cpu", "mps"])
+def test_step_3_makes_its_float16_autocast_and_grad_scaler_for_run_on(monkeypatch, pictures, device_type):
+    # On a CUDA GPU the cells ask for autocast("cuda", float16) and GradScaler("cuda"), as the prose
+    # says; the stand-ins record that and compute on the CPU, where the same calls run for real.
+    monkeypatch.setattr(StaysOnTheCpu, "moves", [])
+
+    def make_classifier(last_layer, seed=0):
+        model = nb.make_classifier(last_layer, seed)
+        model.__class__ = StaysOnTheCpu
+        return model
+
+    def stored_as(values, dtype, device):
+        asked.append(torch.device(device))
+        return nb.stored_as(values, dtype, "cpu")
+
+    asked, copies, recording = [], [], RecordingTorch()
+    namespace = {**vars(nb), "device": torch.device(device_type), "torch": recording,
+                 "make_classifier": make_classifier, "stored_as": stored_as,
+                 "pictures": CopiedTo(pictures[0] / 255, copies), "picture_labels": CopiedTo(pictures[1], copies),
+                 "STEPS": 12}
+    run_cell("07", "cell-33", namespace)
+    run_on = torch.device("cuda" if device_type == "cuda" else "cpu")
+    assert namespace["run_on"] == run_on and asked == [run_on] * 4
+    run_cell("07", "cell-36", namespace)
+    printed = run_cell("07", "cell-38", namespace)
+    assert copies == [run_on, run_on] and set(StaysOnTheCpu.moves) == {run_on}
+    autocasts = [call for call in recording.calls if call[0] == "autocast"]
+    assert autocasts[:3] == [("autocast", run_on.type, torch.float16, False),
+                             ("autocast", run_on.type, torch.float16, True),
+                             ("autocast", run_on.type, torch.float16, True)]
+    assert autocasts[3:] == [("autocast", run_on.type, torch.float16, True)] * 12, "every training step"
+    scalers = [call for call in recording.calls if call[0] == "GradScaler"]
+    assert scalers == [("GradScaler", run_on.type, {}),
+                       ("GradScaler", run_on.type, {"init_scale": 2.0**24, "growth_interval": 10})]
+    zero = namespace["zero_gradients"]
+    assert zero["float16, no scaler"] > zero["float32 (for comparison)"] + 50
+    assert zero["float16 with a GradScaler"] < zero["float32 (for comparison)"] + 1
+    assert re.fullmatch(rf"On {run_on.type}, skipped steps: \[0(, \d+)*\]; the weights stayed unchanged on "
+                        r"exactly those steps: True\n", printed)
+
+
 # --- Step 4: devices and DataLoader workers --------------------------------------------------------
 
 def test_the_tensor_made_in_forward_fails_on_another_device_and_both_fixes_work():
@@ -517,6 +724,75 @@ def test_the_tensor_made_in_forward_fails_on_another_device_and_both_fixes_work(
     for fixed in (nb.WithBuffer, nb.OnTheInputsDevice):
         assert fixed(64).to("meta")(meta_input).device.type == "meta"
     assert "feature_weights" in nb.WithBuffer(64).state_dict()
+
+
+@pytest.mark.gpu_branch("07", "not_the_cpu: device.type == 'cpu'")
+@pytest.mark.parametrize("device, other", [("cpu", "meta"), ("cuda", "cuda"), ("cuda:1", "cuda:1"),
+                                           ("mps", "mps")])
+def test_not_the_cpu_is_the_gpu_itself_and_meta_only_without_one(device, other):
+    assert nb.not_the_cpu(torch.device(device)) == torch.device(other)
+
+
+# PyTorch's message on a CUDA GPU (aten/src/ATen/TensorIterator.cpp, as notebook 02's tests quote it).
+CUDA_MISMATCH_ERROR = ("Expected all tensors to be on the same device, but found at least two devices, "
+                       "cuda:0 and cpu!")
+
+
+class StandInCudaInputs:
+    """torch.zeros(4, 64, device="cuda:0") as WeightedInputs.forward uses it: its shape, its device, and
+    PyTorch's error when it is multiplied by a tensor on the CPU."""
+
+    shape = (4, 64)
+    device = torch.device("cuda", 0)
+
+    def __mul__(self, other):
+        if other.device.type == "cpu":
+            raise RuntimeError(CUDA_MISMATCH_ERROR)
+        return self
+
+
+class TorchWithAStandInGpu:
+    """`torch` for Step 4's cell: torch.zeros(..., device=<a CUDA device>) gives StandInCudaInputs."""
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def zeros(self, *size, device=None, **kwargs):
+        if device is not None and torch.device(device).type == "cuda":
+            return StandInCudaInputs()
+        return torch.zeros(*size, device=device, **kwargs)
+
+
+def test_on_a_cuda_gpu_step_4_mixes_the_gpu_and_the_cpu_and_prints_pytorchs_message(monkeypatch):
+    moved = []
+
+    def to(module, device, *args, **kwargs):  # a CPU-only PyTorch cannot move a module to CUDA
+        moved.append(torch.device(device))
+        return module
+
+    monkeypatch.setattr(nn.Module, "to", to)
+    namespace = {**vars(nb), "device": torch.device("cuda", 0), "torch": TorchWithAStandInGpu()}
+    printed = run_cell("07", "cell-42", namespace)
+    assert namespace["elsewhere"] == torch.device("cuda", 0) and moved == [torch.device("cuda", 0)]
+    assert printed == f"On cuda:0: RuntimeError: {CUDA_MISMATCH_ERROR}\n"
+    assert "meta" not in printed and nb.triage(namespace["mismatch_error"]) == 4
+
+
+def test_without_a_gpu_step_4_uses_the_named_meta_stand_in_for_the_error_and_the_fixes():
+    namespace = {**vars(nb), "device": torch.device("cpu")}
+    printed = run_cell("07", "cell-42", namespace)
+    assert printed.startswith("On meta: RuntimeError: ") and "cpu" in printed
+    assert nb.triage(namespace["mismatch_error"]) == 4
+    printed = run_cell("07", "cell-44", namespace)
+    assert printed.splitlines() == ["WithBuffer: output of shape (4, 3) on meta",
+                                    "OnTheInputsDevice: output of shape (4, 3) on meta"]
+
+
+def test_the_core_mixes_devices_through_not_the_cpu_only():
+    """No visible cell of the core names `meta` itself: on a GPU the mismatch is the real one."""
+    for cell in core_cells(NOTEBOOK):
+        if cell.cell_type == "code" and not cell.source.startswith("#@title"):
+            assert not re.search(r'(device=|\.to\()\s*"meta"', cell.source), cell.source
 
 
 def test_the_fixes_compute_what_the_original_computes_on_the_cpu():
@@ -647,22 +923,200 @@ def test_deterministic_algorithms_raise_inside_and_restore_after():
     before = torch.are_deterministic_algorithms_enabled()
     with nb.deterministic_algorithms():
         assert torch.are_deterministic_algorithms_enabled()
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()
         with pytest.raises(RuntimeError, match="does not have a deterministic implementation"):
             torch.zeros(4).put_(torch.tensor([1, 1]), torch.tensor([1.0, 2.0]))
     assert torch.are_deterministic_algorithms_enabled() == before
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.use_deterministic_algorithms(False)
     try:
         with pytest.raises(ValueError):
-            with nb.deterministic_algorithms(False):
-                assert not torch.are_deterministic_algorithms_enabled()
+            with nb.deterministic_algorithms(warn_only=True):
+                assert torch.are_deterministic_algorithms_enabled()
+                assert torch.is_deterministic_algorithms_warn_only_enabled()
                 raise ValueError("the block fails")
-        assert torch.are_deterministic_algorithms_enabled()
-        assert torch.is_deterministic_algorithms_warn_only_enabled()
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        with nb.deterministic_algorithms():
+            assert not torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled(), "the old warn_only comes back"
     finally:
         torch.use_deterministic_algorithms(before)
 
 
-# --- Step 6: the triage table ------------------------------------------------------------------------
+def test_the_cnn_of_step_5_ends_with_adaptive_avg_pool_and_repeats_with_strict_deterministic_algorithms(
+        pictures):
+    inputs, labels = pictures[0][:128] / 255, pictures[1][:128]
+    weights = nb.seeded_run(inputs, labels, 0, 4)
+    assert weights["1.weight"].shape == (8, 1, 3, 3), "a convolution first"
+    assert weights["6.weight"].shape == (3, 8), "AdaptiveAvgPool2d(1) leaves one number per channel"
+    with warnings.catch_warnings(record=True) as caught, nb.deterministic_algorithms():
+        warnings.simplefilter("always")
+        again = [nb.seeded_run(inputs, labels, 0, 4) for _ in range(2)]  # raises where none exists
+    assert nb.warned_operations(caught) == []
+    assert nb.compare_weights(*again)["identical_to_the_bit"]
+    assert nb.compare_weights(weights, again[0])["identical_to_the_bit"], "the same on the CPU either way"
+
+
+# PyTorch's own warnings with warn_only=True (aten/src/ATen/Context.cpp, alertNotDeterministic and, in
+# PyTorch 2.9 and older, alertCuBLASConfigNotDeterministic), as a T4 gives them in Step 5.
+ADAPTIVE_POOL_WARNING = (
+    "adaptive_avg_pool2d_backward_cuda does not have a deterministic implementation, but you set "
+    "'torch.use_deterministic_algorithms(True, warn_only=True)'. You can file an issue at "
+    "https://github.com/pytorch/pytorch/issues to help us prioritize adding deterministic support for "
+    "this operation.")
+CUBLAS_WARNING = (
+    "Deterministic behavior was enabled with either `torch.use_deterministic_algorithms(True)` or "
+    "`at::Context::setDeterministicAlgorithms(true)`, but this operation is not deterministic because it "
+    "uses CuBLAS and you have CUDA >= 10.2. To enable deterministic behavior in this case, you must set "
+    "an environment variable before running your PyTorch application: CUBLAS_WORKSPACE_CONFIG=:4096:8 or "
+    "CUBLAS_WORKSPACE_CONFIG=:16:8. For more information, go to "
+    "https://docs.nvidia.com/cuda/cublas/index.html#results-reproducibility")
+TOO_LATE = "cuBLAS (CUBLAS_WORKSPACE_CONFIG not set before the first CUDA matrix product)"
+
+
+def caught_warning(text):
+    """Shaped like what warnings.catch_warnings(record=True) collects: .message is the warning."""
+    return types.SimpleNamespace(message=UserWarning(text))
+
+
+def test_warned_operations_name_what_pytorch_warns_about_once_each():
+    with warnings.catch_warnings(record=True) as caught, nb.deterministic_algorithms(warn_only=True):
+        warnings.simplefilter("always")
+        for _ in range(2):  # a real warning, on the CPU: put_ has no deterministic version anywhere
+            torch.zeros(4).put_(torch.tensor([1, 1]), torch.tensor([1.0, 2.0]))
+        warnings.warn("an unrelated warning", UserWarning)
+    assert nb.warned_operations(caught) == ["put_"]
+    shaped = [caught_warning(ADAPTIVE_POOL_WARNING), caught_warning(CUBLAS_WARNING),
+              caught_warning(ADAPTIVE_POOL_WARNING), caught_warning("no deterministic words here")]
+    assert nb.warned_operations(shaped) == ["adaptive_avg_pool2d_backward_cuda", TOO_LATE]
+    assert nb.warned_operations([]) == []
+
+
+def test_determinism_verdict_for_each_case():
+    same = {"identical_to_the_bit": True, "largest_difference": 0.0}
+    differ = {"identical_to_the_bit": False, "largest_difference": 0.00123}
+    assert nb.determinism_verdict("cpu", same, []) == (
+        "Deterministic algorithms on cpu: identical to the bit; no operation warned.")
+    assert nb.determinism_verdict("cuda", same, ["adaptive_avg_pool2d_backward_cuda", "x"]) == (
+        "Deterministic algorithms on cuda: identical to the bit; without a deterministic version "
+        "(a warning): adaptive_avg_pool2d_backward_cuda, x.")
+    warned = nb.determinism_verdict("cuda", differ, [TOO_LATE])
+    assert "DIFFER by up to 0.0012" in warned and TOO_LATE in warned and warned.endswith("the difference.")
+    unwarned = nb.determinism_verdict("cuda", differ, [])
+    assert "DIFFER" in unwarned and unwarned.endswith("report it as a PyTorch bug.")
+
+
+@pytest.fixture
+def pictures_on_the_cpu(pictures):
+    return {"run_on": torch.device("cpu"), "run_inputs": pictures[0][:128] / 255,
+            "run_labels": pictures[1][:128], "STEPS": 4}
+
+
+def test_step_5_on_a_cuda_gpu_turns_on_deterministic_algorithms_that_warn_and_restores_the_default(
+        monkeypatch, pictures_on_the_cpu):
+    seen = []
+
+    def seeded_run(inputs, labels, seed, steps):
+        """Stands in for the CNN's run on a T4: records the settings it runs under, and warns as the
+        backward of AdaptiveAvgPool2d does there."""
+        seen.append((torch.are_deterministic_algorithms_enabled(),
+                     torch.is_deterministic_algorithms_warn_only_enabled(),
+                     torch.backends.cudnn.benchmark, seed, steps))
+        warnings.warn(ADAPTIVE_POOL_WARNING, UserWarning)
+        return {"weight": torch.ones(3)}
+
+    before = torch.are_deterministic_algorithms_enabled()
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)  # as a learner may have it
+    namespace = {**vars(nb), **pictures_on_the_cpu, "run_on": torch.device("cuda"), "seeded_run": seeded_run}
+    printed = run_cell("07", "cell-58c", namespace)
+    assert seen == [(True, True, False, 0, 4)] * 2
+    assert printed == ("Deterministic algorithms on cuda: identical to the bit; without a deterministic "
+                       "version (a warning): adaptive_avg_pool2d_backward_cuda.\n")
+    assert namespace["warned"] == ["adaptive_avg_pool2d_backward_cuda"]
+    assert not torch.are_deterministic_algorithms_enabled() and not before
+
+
+def test_step_5_turns_deterministic_algorithms_off_again_when_a_run_fails(pictures_on_the_cpu):
+    def seeded_run(inputs, labels, seed, steps):
+        raise RuntimeError("out of memory")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        run_cell("07", "cell-58c", {**vars(nb), **pictures_on_the_cpu, "seeded_run": seeded_run})
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_step_5_on_the_cpu_repeats_to_the_bit_with_nothing_to_warn_about(monkeypatch, pictures_on_the_cpu):
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", torch.backends.cudnn.benchmark)  # restored
+    namespace = {**vars(nb), **pictures_on_the_cpu}
+    printed = run_cell("07", "cell-58c", namespace)
+    assert printed == "Deterministic algorithms on cpu: identical to the bit; no operation warned.\n"
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_cublas_workspace_config_is_set_before_any_gpu_work():
+    recorded = types.SimpleNamespace(environ={})
+    assert run_cell("07", "cell-04b", {"os": recorded}) == "CUBLAS_WORKSPACE_CONFIG = :4096:8\n"
+    assert recorded.environ == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    own = types.SimpleNamespace(environ={"CUBLAS_WORKSPACE_CONFIG": ":16:8"})  # the other valid value
+    run_cell("07", "cell-04b", {"os": own})
+    assert own.environ == {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}, "a learner's own setting is kept"
+    # cuBLAS is set up at the process's first CUDA matrix product: the cell runs right after the shared
+    # setup cell, before every cell that puts work on `device` (Step 2 trains there first)
+    ids = [cell.get("id") for cell in NOTEBOOK.cells]
+    shared = next(i for i, cell in enumerate(NOTEBOOK.cells) if cell.source.startswith(SHARED_CELL_FIRST_LINE))
+    on_device = [i for i, cell in enumerate(NOTEBOOK.cells) if cell.cell_type == "code"
+                 and re.search(r"\.to\(device\)|device=device|\(device\.type\)|\(device\)", cell.source)
+                 and i != shared]
+    assert shared < ids.index("cell-04b") < min(on_device)
+    prose = " ".join(" ".join(cell.source.split()) for cell in NOTEBOOK.cells if cell.cell_type == "markdown")
+    assert "before the program started" not in prose
+    assert "at the process's first CUDA matrix product" in prose
+    assert "docs.pytorch.org/docs/stable/notes/randomness.html" in cell_text("cell-58")
+
+
+def test_no_dtype_choice_rests_on_is_bf16_supported():
+    # A T4 answers True through emulation (pytorch/pytorch#148322); 07 picks float16 by the device.
+    assert not any("is_bf16_supported" in source for source in code_cells(NOTEBOOK))
+
+
+# --- Step 6: the triage table, and the figures the core reports ----------------------------------------
+
+@pytest.mark.gpu_branch("07", "stand_ins: device_type == 'cuda'")
+@pytest.mark.gpu_branch("07", "stand_ins: device_type == 'cpu'")
+@pytest.mark.parametrize("device_type, fallback", [
+    ("cuda", None), ("cpu", "no CUDA GPU: the meta device in Step 4, the CPU in Steps 3 and 5"),
+    ("mps", "no CUDA GPU: the CPU in Steps 3 and 5")])
+def test_the_core_reports_its_figures_once_with_what_stood_in(device_type, fallback):
+    reported = []
+
+    def report_figures(fallback=None, **figures):  # the shared setup cell's signature
+        reported.append((fallback, figures))
+        return {"fallback": fallback, "figures": figures}
+
+    zero = {"float32 (for comparison)": 6.25, "float16, no scaler": 100.0, "float16 with a GradScaler": 6.25}
+    namespace = {**vars(nb), "device": torch.device(device_type),
+                 "run_on": nb.cuda_or_cpu(torch.device(device_type)), "zero_gradients": zero,
+                 "skipped": [0, 1, 12], "warned": ["adaptive_avg_pool2d_backward_cuda"],
+                 "seeded": {"seed 0 twice": {"identical_to_the_bit": False, "largest_difference": 1e-7}},
+                 "deterministic": {"identical_to_the_bit": True, "largest_difference": 0.0},
+                 "report_figures": report_figures}
+    assert run_cell("07", "cell-61b", namespace) == ""
+    assert reported == [(fallback, {
+        "steps_3_and_5_on": "cuda" if device_type == "cuda" else "cpu", "zero_gradients_percent": zero,
+        "skipped_scaler_steps": [0, 1, 12], "seed_0_runs_identical": False,
+        "deterministic_runs_identical": True, "deterministic_largest_difference": 0.0,
+        "warned_operations": ["adaptive_avg_pool2d_backward_cuda"]})]
+
+
+def test_report_figures_is_called_once_near_the_end_of_the_core():
+    calls = [cell.get("id") for cell in NOTEBOOK.cells if cell.cell_type == "code"
+             and "report_figures(" in cell.source and not cell.source.startswith(SHARED_CELL_FIRST_LINE)]
+    assert calls == ["cell-61b"]
+    core = [cell.get("id") for cell in core_cells(NOTEBOOK)]
+    assert core[-1] == "cell-61b", "the last cell of the core, after the triage table"
+
+
 
 def test_every_pattern_leads_to_its_own_row():
     for row, (_, patterns, _, _, _) in enumerate(nb.TRIAGE):
@@ -824,6 +1278,7 @@ def test_draw_scale_steps_through_the_scales_and_crosses_the_skipped_steps(drawn
     assert axis.get_xlabel() == "training step" and axis.get_ylabel().startswith("scale")
 
 
-# --- The budget of issue 17 ---------------------------------------------------------------------------
+# --- The budget of issues 17 and 30 ----------------------------------------------------------------
 
-# test_learner_first.py checks every notebook's core budget; nothing here repeats it.
+# test_learner_first.py checks every notebook's core budget and that TAUGHT_CALLS above are in view;
+# nothing here repeats it.

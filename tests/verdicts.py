@@ -156,6 +156,10 @@ VERDICTS = {
                 "barrier"),
     ],
     # --- 07: when it breaks --------------------------------------------------------------------------------
+    ("07", "cell-04b"): [
+        Verdict(r"^CUBLAS_WORKSPACE_CONFIG = :(4096|16):8$", "always",
+                "the variable Step 5 needs on a GPU is set before any GPU work, to a value cuBLAS accepts"),
+    ],
     ("07", "cell-09"): [
         Verdict(r"^-> IndexError: Target 3 is out of bounds\. Raised at line \d+, the line that reads "
                 r"the bad label\.$", "cpu",
@@ -180,10 +184,27 @@ VERDICTS = {
                 "always", "the alarm rings and the planted learning rate does blow up ('step None' "
                 "would mean either failed quietly)"),
     ],
+    ("07", "cell-33"): [
+        Verdict(r"^\d+\s+2\.9e-08\s+0\s.*rounds to 0$", "always",
+                "just below 2**-25, the limit the prose states, float16 gives 0 ..."),
+        Verdict(r"^\d+\s+3e-08\s+5\.96046e-08\s.*rounded, to fewer digits$", "always",
+                "... and just above it the smallest float16, 2**-24: the prose's 'about 3e-8' holds"),
+    ],
     ("07", "cell-38"): [
-        Verdict(r"^Skipped steps: \[\d+[\d, ]*\]; the weights stayed unchanged on exactly those "
-                r"steps: True$", "always",
-                "the CPU GradScaler skips some steps and updates the weights on all others"),
+        Verdict(r"^On (cpu|cuda), skipped steps: \[\d+[\d, ]*\]; the weights stayed unchanged on "
+                r"exactly those steps: True$", "always",
+                "the GradScaler of run_on skips some steps and updates the weights on all others"),
+        Verdict(r"^On cpu, ", "cpu", "without a CUDA GPU Step 3 runs on the CPU, as the prose says"),
+    ],
+    ("07", "cell-42"): [
+        Verdict(r"^On meta: RuntimeError: .*\bcpu\b", "cpu",
+                "without a GPU the named meta stand-in shows the mismatch (a GPU shows its own)"),
+    ],
+    ("07", "cell-44"): [
+        Verdict(r"^WithBuffer: output of shape \(4, 3\) on meta$", "cpu",
+                "the buffer moves with the model, to the same device that failed above"),
+        Verdict(r"^OnTheInputsDevice: output of shape \(4, 3\) on meta$", "cpu",
+                "and device=x.device makes the tensor where the inputs are"),
     ],
     ("07", "cell-46"): [
         Verdict(r"^PlainAttribute: \['model\.feature_weights'\]$", "always",
@@ -194,6 +215,19 @@ VERDICTS = {
         Verdict(r"^Broken samples: \{37: ", "always", "broken_samples finds the planted broken file"),
         Verdict(r"^Without them, with workers: every batch loads$", "always",
                 "and without it every batch loads, with worker processes"),
+    ],
+    ("07", "cell-54"): [
+        Verdict(r"^seed 0 twice\s+True\s+0\.0+$", "cpu", "two seeded runs on the CPU agree to the bit"),
+        Verdict(r"^seed 0 against seed 1\s+False\s", "always",
+                "and another seed gives other weights: the comparison can tell them apart"),
+    ],
+    ("07", "cell-57"): [
+        Verdict(r"^RuntimeError: put_ does not have a deterministic implementation", "always",
+                "deterministic algorithms raise where none exists, on every device"),
+    ],
+    ("07", "cell-58c"): [
+        Verdict(r"^Deterministic algorithms on cpu: identical to the bit; no operation warned\.$", "cpu",
+                "with warn_only=True the CNN repeats to the bit on the CPU, and nothing there warns"),
     ],
     ("07", "cell-68"): [
         Verdict(r"^(Every run was identical on cpu, with and without deterministic algorithms|By "
