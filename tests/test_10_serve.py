@@ -444,7 +444,7 @@ def test_torch_compile_gets_reduce_overhead_on_a_cuda_gpu_with_inductor(nb, devi
     stand_in_torch = types.SimpleNamespace(compile=stand_in_compile(calls),
                                            inference_mode=torch.inference_mode)
     namespace = {**vars(nb), "torch": stand_in_torch, "device": torch.device(device_type), "FAST": fast,
-                 "BACKEND": chosen, "model": lambda batch: batch, "MAX_BATCH_SIZE": 2,
+                 "BACKEND": chosen, "model": lambda batch: batch, "MAX_BATCH": 2,
                  "requests": StandInRequests(), "time_it": lambda fn, device, repeats, warmup: 1.5}
     printed = run_cell("10", "compile", namespace)
     assert calls == [expected]
