@@ -299,6 +299,47 @@ VERDICTS = {
         Verdict(r"\A(?![\s\S]*\b(failed|not run)\b)[\s\S]*\bpassed\b", "triton",
                 "every block size's check passed: no row says 'failed' or 'not run'"),
     ],
+    # --- 10: serve it fast ---------------------------------------------------------------------------------
+    ("10", "eval-mode"): [
+        Verdict(r"^eval mode: the same answer every time, alone or in a batch\.$", "always",
+                "model.eval() fixes dropout and batch norm: 'still differ' would mean a layer stayed "
+                "in train mode"),
+    ],
+    ("10", "inference-tensors"): [
+        Verdict(r"^RuntimeError: Inference tensors cannot be saved for backward$", "always",
+                "the error an inference tensor gives when autograd needs it is shown, caught"),
+        Verdict(r"^Inference mode in the main thread: True; in a new thread: False$", "always",
+                "inference mode is thread-local, the reason Step 4's serving thread enters it itself"),
+    ],
+    ("10", "pinned"): [
+        Verdict(r"^No CUDA GPU \(cpu\): no copy from CPU to GPU memory to time\.$", "cpu",
+                "without a GPU no copy speed is made up"),
+        Verdict(r"^CPU to GPU: pageable \d+\.\d GB/s, pinned \d+\.\d GB/s$", "gpu",
+                "on a GPU both copies are timed"),
+    ],
+    ("10", "load"): [
+        Verdict(r"^Every request of all 6 runs answered exactly once, as if alone\.$", "always",
+                "the batcher answered every request once, each with its answer alone (answers_verdict); "
+                "any problem is printed instead"),
+    ],
+    ("10", "faster"): [
+        Verdict(r"^torch\.compile \(aot_eager\): within float32's tolerance \(rtol 0\.0001, atol 1e-05\); "
+                r"top-1 agrees on 32 of 32 pictures\.$", "cpu",
+                "fast mode compiles with aot_eager, whose answers match eager float32; 'OUTSIDE' is "
+                "printed, not raised"),
+        Verdict(r"^eager float16: within float16's tolerance", "gpu", "float16 on a GPU stays within 1e-2"),
+    ],
+    ("10", "export"): [
+        Verdict(r"^AOTInductor: not built, fast mode skips its compiling", "always",
+                "the tests run in fast mode, which announces the skipped package instead of hiding it"),
+    ],
+    ("10", "round-trip"): [
+        Verdict(r"^torch\.export file, fresh process: within float32's tolerance", "cpu",
+                "the exported file, loaded in a fresh Python, answers a batch of 32 (not the example's "
+                "8: the batch dimension is dynamic) as the original model does; 'FAILED' is printed"),
+        Verdict(r"^Every fresh process ended, its folder deleted: True$", "always",
+                "nothing is left behind by the fresh processes"),
+    ],
 }
 
 

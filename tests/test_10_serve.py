@@ -1,0 +1,573 @@
+"""Notebook 10's helpers and decisions at their boundaries, its dynamic batcher with stand-in models, and
+its GPU branches run with stand-ins shaped like PyTorch's API (torch.cuda's streams and graphs, pinned
+memory, torch.compile's arguments). The notebook itself runs in nbval on the CPU (export, the fresh
+process, the batcher under Poisson traffic); nothing here is timed beyond generous bounds on the
+batcher's wait limit."""
+import sys
+import time
+import types
+from concurrent.futures import Future
+
+import pytest
+import torch
+from torch import nn
+
+from notebook_code import load_helpers, run_cell
+
+# The calls notebook 10 teaches, each in a visible code cell of its core (test_learner_first.py).
+TAUGHT_CALLS = [
+    r"\.eval\(\)",
+    r"torch\.inference_mode\(\)",
+    r"torch\.no_grad",
+    r"synchronize\(device\)",
+    r"\.pin_memory\(\)",
+    r"non_blocking=True",
+    r"queue\.Queue\(\)",
+    r"threading\.Thread\(",
+    r"torch\.compile\(model, mode=\"reduce-overhead\"\)",
+    r"\.half\(\)",
+    r"torch\.testing\.assert_close\(",
+    r"torch\.export\.export\(.*dynamic_shapes=",
+    r"torch\.export\.save\(",
+    r"torch\._inductor\.aoti_compile_and_package\(",
+    r"torch\._inductor\.aoti_load_package\(",
+    r"torch\.export\.load\(",
+]
+
+
+@pytest.fixture(scope="module")
+def nb():
+    return load_helpers("10")
+
+
+# --- Step 1 and 2: the verdicts and the percentiles -----------------------------------------------------
+
+def test_mode_verdict_holds_at_its_tolerance_on_both_measures(nb):
+    assert nb.mode_verdict(0.0, 1e-5).startswith("eval mode: the same answer every time")
+    assert "still differ by up to 2e-05" in nb.mode_verdict(2e-5, 0.0)
+    assert "still differ" in nb.mode_verdict(0.0, 1.1e-5)
+
+
+def test_percentile_is_the_nearest_rank(nb):
+    values = list(range(100, 0, -1))  # 1..100, unsorted
+    assert [nb.percentile(values, p) for p in (50, 95, 99, 100)] == [50, 95, 99, 100]
+    ten = [float(v) for v in range(1, 11)]
+    assert nb.percentile(ten, 99) == 10 and nb.percentile(ten, 50) == 5 and nb.percentile(ten, 51) == 6
+    assert nb.percentile([7.0], 99) == 7.0 and nb.percentile(ten, 0) == 1
+
+
+def test_latency_table_reports_milliseconds_and_the_first_request(nb):
+    table = nb.latency_table([0.001] * 98 + [0.002, 0.010], first_s=0.05)
+    row = table.loc["ms"]
+    assert (row.p50, row.p95, row.p99, row.slowest) == (1.0, 1.0, 2.0, 10.0)
+    assert row["first (Step 1)"] == 50.0 and row["mean"] == pytest.approx(1.1)
+
+
+def test_interleaved_rounds_rotate_the_order_and_spread_is_relative_to_the_median(nb):
+    calls = []
+    timers = {name: (lambda name=name: calls.append(name) or len(calls)) for name in "abc"}
+    seconds = nb.interleaved_rounds(timers, 3)
+    assert calls == list("abc" "bca" "cab")
+    assert seconds == {"a": [1, 6, 8], "b": [2, 4, 9], "c": [3, 5, 7]}
+    assert nb.spread_pct([1.0, 2.0, 3.0]) == 100.0
+
+
+# --- Step 3: the two-number fit and the knee --------------------------------------------------------------
+
+SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def test_the_sum_form_recovers_both_numbers_and_keeps_no_negative_term(nb):
+    fixed, per_image = nb.fit_batch_cost(SIZES, [2e-4 + b * 5e-5 for b in SIZES])
+    assert fixed == pytest.approx(2e-4) and per_image == pytest.approx(5e-5)
+    # a curve through the origin with a little noise would fit a negative fixed cost: kept at 0
+    fixed, per_image = nb.fit_batch_cost(SIZES, [b * 5e-5 * (0.98 if b < 3 else 1) for b in SIZES])
+    assert fixed == 0.0 and per_image == pytest.approx(5e-5, rel=0.05)
+    fixed, per_image = nb.fit_batch_cost(SIZES, [1e-3 * (1.01 if b == 256 else 1) for b in SIZES])
+    assert per_image >= 0 and fixed == pytest.approx(1e-3, rel=0.02)
+
+
+def test_the_overlap_form_finds_the_split_and_the_knee_is_where_the_terms_meet(nb):
+    seconds = [max(1e-3, b * 2e-5) for b in SIZES]  # a GPU: flat up to 50 pictures
+    fixed, per_image = nb.fit_batch_cost(SIZES, seconds, overlap=True)
+    assert fixed == pytest.approx(1e-3) and per_image == pytest.approx(2e-5)
+    assert nb.knee_batch_size(fixed, per_image) == pytest.approx(50)
+    all_flat = nb.fit_batch_cost(SIZES, [1e-3] * len(SIZES), overlap=True)
+    assert all_flat == (pytest.approx(1e-3), 0.0)
+    assert nb.knee_batch_size(1e-3, 0.0) == float("inf") and nb.knee_batch_size(0.0, 1e-5) == 0.0
+
+
+def test_flops_per_image_counts_two_per_multiply_add_of_convolutions_and_linear_layers(nb):
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, 1, padding=1, bias=False), nn.ReLU(),
+                          nn.Conv2d(32, 8, 3, 2, padding=1, groups=2), nn.AdaptiveAvgPool2d(1),
+                          nn.Flatten(), nn.Linear(8, 10))
+    expected = 2 * (32 * 32 * 32 * 3 * 9) + 2 * (8 * 16 * 16 * 16 * 9) + 2 * 8 * 10
+    assert nb.flops_per_image(model) == expected
+    assert not any(layer._forward_hooks for layer in model.modules()), "the counting hooks are removed"
+
+
+# --- Step 4: the batcher, its answers and its wait limit ------------------------------------------------
+
+class RecordingModel:
+    """A stand-in model: each output row is its picture's sum times 2; records every batch it got and
+    whether inference mode was on in the thread that called it."""
+
+    def __init__(self):
+        self.batches, self.inference_mode = [], []
+
+    def __call__(self, images):
+        self.batches.append(len(images))
+        self.inference_mode.append(torch.is_inference_mode_enabled())
+        return images.flatten(1).sum(dim=1, keepdim=True) * 2
+
+
+def test_every_request_is_answered_once_with_its_own_answer_in_batches_of_at_most_the_maximum(nb):
+    model = RecordingModel()
+    batcher = nb.DynamicBatcher(model, torch.device("cpu"), max_batch_size=4,
+                                max_queue_delay_microseconds=200_000)
+    images = torch.arange(30.0).reshape(30, 1, 1)
+    futures = [batcher.submit(i, image) for i, image in enumerate(images)]
+    answers = [future.result(timeout=30) for future in futures]
+    batcher.close()
+    assert not batcher.thread.is_alive()
+    assert sorted(batcher.served) == list(range(30)) and len(batcher.served) == 30
+    assert torch.equal(torch.stack(answers), images.flatten(1) * 2)
+    assert max(model.batches) == 4 and sum(model.batches) == 30 and batcher.batch_sizes == model.batches
+    assert all(model.inference_mode), "the serving thread switches inference mode on for itself"
+
+
+def test_a_lone_request_waits_for_the_delay_and_a_full_batch_does_not(nb):
+    delay_s = 0.3
+    batcher = nb.DynamicBatcher(RecordingModel(), torch.device("cpu"), max_batch_size=3,
+                                max_queue_delay_microseconds=int(delay_s * 1e6))
+    started = time.perf_counter()
+    batcher.submit(0, torch.ones(1)).result(timeout=30)
+    waited = time.perf_counter() - started
+    assert delay_s <= waited < delay_s + 10, "no answer before the delay, when the batch is not full"
+    assert batcher.batch_sizes == [1]
+    patient = nb.DynamicBatcher(RecordingModel(), torch.device("cpu"), max_batch_size=3,
+                                max_queue_delay_microseconds=60_000_000)  # a minute
+    started = time.perf_counter()
+    futures = [patient.submit(i, torch.ones(1)) for i in range(3)]
+    [future.result(timeout=30) for future in futures]
+    assert time.perf_counter() - started < 30, "a full batch is answered without waiting the delay"
+    assert patient.batch_sizes == [3]
+    batcher.close()
+    patient.close()
+
+
+def test_close_answers_what_is_waiting_before_the_thread_ends(nb):
+    batcher = nb.DynamicBatcher(RecordingModel(), torch.device("cpu"), max_batch_size=8,
+                                max_queue_delay_microseconds=60_000_000)
+    futures = [batcher.submit(i, torch.ones(1)) for i in range(2)]
+    batcher.close()  # the stop signal arrives while the first batch waits for more requests
+    assert [future.result(timeout=1).item() for future in futures] == [2.0, 2.0]
+    assert not batcher.thread.is_alive()
+
+
+def test_answers_verdict_finds_missing_doubled_and_wrong_answers(nb):
+    alone = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    answers = list(alone.clone())
+    assert nb.answers_verdict([2, 0, 1], answers, alone) is None
+    assert nb.answers_verdict([0, 1], answers, alone) == "requests answered never: [2], more than once: []"
+    assert "more than once: [1]" in nb.answers_verdict([0, 1, 1, 2], answers, alone)
+    within = [a + 1e-6 for a in answers]
+    assert nb.answers_verdict([0, 1, 2], within, alone) is None
+    wrong = list(alone.clone())
+    wrong[1] = wrong[1] + 1e-2
+    assert nb.answers_verdict([0, 1, 2], wrong, alone).startswith("an answer differs from its answer alone")
+
+
+def test_arrival_rates_and_poisson_arrivals(nb):
+    assert nb.arrival_rates(0.002) == pytest.approx([150, 450, 750])
+    arrivals = nb.poisson_arrivals(1000.0, 20_000, seed=3)
+    gaps = arrivals[1:] - arrivals[:-1]
+    assert arrivals[0] == 0 and (gaps > 0).all()
+    assert gaps.mean() == pytest.approx(1e-3, rel=0.03)
+    assert gaps.std() == pytest.approx(1e-3, rel=0.05), "exponential gaps: the spread equals the mean"
+    assert (nb.poisson_arrivals(5.0, 10, seed=1) == nb.poisson_arrivals(5.0, 10, seed=1)).all()
+
+
+def test_run_load_submits_in_order_and_counts_latency_from_the_planned_arrival(nb):
+    class Immediate:
+        def __init__(self):
+            self.ids = []
+
+        def submit(self, request_id, image):
+            self.ids.append(request_id)
+            future = Future()
+            future.set_result(image * 3)
+            return future
+
+    batcher = Immediate()
+    answers, latencies, busy_s = nb.run_load(batcher, torch.arange(4.0), [0.0, 0.01, 0.02, 0.03])
+    assert batcher.ids == [0, 1, 2, 3] and [a.item() for a in answers] == [0.0, 3.0, 6.0, 9.0]
+    assert all(latency >= 0 for latency in latencies) and busy_s >= 0.03
+
+
+# --- Step 5: backends, tolerances, the check and the timing table ---------------------------------------
+
+def test_the_compilers_are_found_as_inductor_and_triton_call_them(nb):
+    which = {"g++": "/usr/bin/g++", "clang++": "/x/clang++", "cl": "C:/cl", "gcc": "/usr/bin/gcc",
+             "clang": "/x/clang", "my-cxx": "/opt/my-cxx", "my-cc": "/opt/my-cc"}.get
+    assert nb.find_cpp_compiler("linux", {}, which) == "/usr/bin/g++"
+    assert nb.find_cpp_compiler("darwin", {}, which) == "/x/clang++"
+    assert nb.find_cpp_compiler("win32", {}, which) == "C:/cl"
+    assert nb.find_cpp_compiler("linux", {"CXX": "my-cxx"}, which) == "/opt/my-cxx"
+    assert nb.find_c_compiler({"CC": "my-cc"}, which) == "/opt/my-cc"
+    assert nb.find_c_compiler({}, which) == "/usr/bin/gcc"
+    assert nb.find_c_compiler({}, {"clang": "/x/clang"}.get) == "/x/clang"
+
+
+@pytest.mark.gpu_branch("10", "choose_compile_backend: device_type == 'cpu'")
+@pytest.mark.gpu_branch("10", "choose_compile_backend: device_type == 'cuda' and has_triton and c_compiler")
+@pytest.mark.gpu_branch("10", "choose_compile_backend: device_type == 'cuda'")
+def test_choose_compile_backend_takes_inductor_only_where_its_compilers_exist(nb):
+    assert nb.choose_compile_backend("cpu", "/usr/bin/g++", None, False)[0] == "inductor"
+    assert nb.choose_compile_backend("cpu", None, "/usr/bin/gcc", True)[0] == "aot_eager"
+    assert nb.choose_compile_backend("cuda", None, "/usr/bin/gcc", True)[0] == "inductor"
+    assert nb.choose_compile_backend("cuda", "g++", None, True) == (
+        "aot_eager", "Triton or a C compiler is missing (Windows: triton-windows)")
+    assert nb.choose_compile_backend("cuda", "g++", "gcc", False)[0] == "aot_eager"
+    assert nb.choose_compile_backend("mps", "g++", "gcc", True)[0] == "aot_eager"
+
+
+@pytest.mark.gpu_branch("10", "float32_kind: device.type != 'cuda'")
+@pytest.mark.gpu_branch("10", "float32_kind: major >= 8 and torch.backends.cudnn.allow_tf32")
+@pytest.mark.parametrize("capability, allow_tf32, kind", [
+    ((7, 5), True, "float32"),  # a T4: no TF32
+    ((8, 0), True, "tf32"),  # an A100 with cuDNN's default
+    ((8, 0), False, "float32"),
+])
+def test_float32_kind_is_tf32_only_on_compute_capability_8_with_cudnn_allowing_it(
+        nb, monkeypatch, capability, allow_tf32, kind):
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: asked.append(device)
+                        or capability)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", allow_tf32)
+    assert nb.float32_kind(torch.device("cuda")) == kind
+    assert asked == [torch.device("cuda")]
+    assert nb.float32_kind(torch.device("cpu")) == "float32" and len(asked) == 1
+
+
+def test_the_tolerance_follows_the_number_format(nb):
+    assert nb.tolerance(torch.float32) == ("float32", 1e-4, 1e-5)
+    assert nb.tolerance(torch.float32, "tf32") == ("tf32", 1e-2, 1e-3)
+    assert nb.tolerance(torch.float16, "tf32") == ("float16", 1e-2, 1e-2)
+    assert nb.tolerance(torch.bfloat16) == ("bfloat16", 5e-2, 5e-2)
+
+
+def test_agreement_checks_the_stated_tolerance_on_both_sides_and_counts_the_top_1(nb):
+    reference = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    inside = reference + torch.tensor([[1e-5, 0.0], [0.0, 0.0]])  # within atol 1e-5 + rtol 1e-4
+    outside = reference + torch.tensor([[2e-4, 0.0], [0.0, 0.0]])
+    assert nb.agreement("x", reference, inside, torch.float32) == (
+        "x: within float32's tolerance (rtol 0.0001, atol 1e-05); top-1 agrees on 2 of 2 pictures.")
+    assert nb.agreement("x", reference, outside, torch.float32).startswith(
+        "x: OUTSIDE float32's tolerance (largest difference 0.0002)")
+    assert "within float16's" in nb.agreement("x", reference, outside.half(), torch.float16)
+    flipped = torch.tensor([[0.0, 1.0], [0.0, 1.0]])
+    assert nb.agreement("x", reference, flipped, torch.float32).endswith("top-1 agrees on 1 of 2 pictures.")
+
+
+def test_speed_table_pairs_the_rounds_with_the_baseline(nb):
+    seconds = {"base": [2.0, 4.0, 3.0], "fast": [1.0, 1.0, 1.5]}
+    table = nb.speed_table(seconds, "base", batch_size=10)
+    assert table.loc["fast", "speedup_x"] == 2.0
+    assert (table.loc["fast", "slowest_round_x"], table.loc["fast", "fastest_round_x"]) == (2.0, 4.0)
+    assert table.loc["base", "ms_per_batch"] == 3000.0 and table.loc["base", "images_per_s"] == 3.33
+
+
+# --- Step 6: the plan, the fresh process and the shipped file's check -------------------------------------
+
+@pytest.mark.gpu_branch("10", "aoti_plan: device_type == 'cuda' and (not has_triton)")
+@pytest.mark.gpu_branch("10", "aoti_plan: device_type not in ('cpu', 'cuda')")
+def test_aoti_plan_builds_only_where_it_can_and_says_why_not(nb):
+    assert nb.aoti_plan(False, "cpu", "/usr/bin/g++", False, "2.6.0") == (True, "")
+    assert nb.aoti_plan(False, "cuda", "g++", True, "2.14.1+cu130") == (True, "")
+    assert "fast mode" in nb.aoti_plan(True, "cpu", "g++", True, "2.14.1")[1]
+    assert nb.aoti_plan(False, "cpu", "g++", True, "2.5.1")[1] == "PyTorch 2.5.1 is older than 2.6"
+    assert "no C++ compiler" in nb.aoti_plan(False, "cpu", None, True, "2.14.1")[1]
+    assert "Triton is missing" in nb.aoti_plan(False, "cuda", "g++", False, "2.14.1")[1]
+    assert nb.aoti_plan(False, "cpu", "g++", False, "2.14.1")[0], "Triton matters only on a GPU"
+    assert "for mps" in nb.aoti_plan(False, "mps", "g++", True, "2.14.1")[1]
+
+
+@pytest.mark.parametrize("path, loader", [("model.aoti.pt2", "aoti"), ("model.pt2", "export")])
+def test_first_answer_loads_each_kind_of_file_with_its_own_loader(nb, monkeypatch, tmp_path, path, loader):
+    used = []
+    model = lambda images: images * 2  # noqa: E731
+    monkeypatch.setattr(torch._inductor, "aoti_load_package", lambda p: used.append(("aoti", p)) or model,
+                        raising=False)
+    monkeypatch.setattr(torch.export, "load", lambda p: used.append(("export", p))
+                        or types.SimpleNamespace(module=lambda: model))
+    images = tmp_path / "images.pt"
+    torch.save(torch.ones(3, 2), images)
+    result = nb.first_answer(str(tmp_path / path), str(images))
+    assert used == [(loader, str(tmp_path / path))]
+    assert torch.equal(result["answers"], torch.full((3, 2), 2.0))
+    assert result["load_s"] >= 0 and result["first_call_s"] >= 0
+
+
+def fake_subprocess_run(behaviour):
+    """A stand-in for subprocess.run(command, check=True, capture_output=True, text=True, timeout=...):
+    'ok' writes the result file the script would write, 'fail' raises CalledProcessError with stderr,
+    'slow' raises TimeoutExpired, as the real one does."""
+    import subprocess
+
+    calls = []
+
+    def run(command, check, capture_output, text, timeout):
+        calls.append({"command": command, "check": check, "timeout": timeout,
+                      "script": open(command[1]).read()})
+        if behaviour == "fail":
+            raise subprocess.CalledProcessError(1, command, "", "Traceback ...\nRuntimeError: bad file\n")
+        if behaviour == "slow":
+            raise subprocess.TimeoutExpired(command, timeout)
+        torch.save({"answers": torch.load(command[3]) + 1, "load_s": 0.5, "first_call_s": 0.1}, command[4])
+        return subprocess.CompletedProcess(command, 0, "", "")
+    return run, calls
+
+
+@pytest.mark.parametrize("behaviour, expected", [
+    ("ok", None), ("fail", "RuntimeError: bad file"),
+    ("slow", "no answer within 7 s; the process was stopped")])
+def test_run_in_fresh_process_runs_the_functions_source_with_a_time_limit_and_leaves_nothing(
+        nb, monkeypatch, behaviour, expected):
+    run, calls = fake_subprocess_run(behaviour)
+    monkeypatch.setattr(nb.subprocess, "run", run)
+    result = nb.run_in_fresh_process(nb.first_answer, "shipped.pt2", torch.zeros(2, 3), time_limit_s=7)
+    [call] = calls
+    assert call["command"][0] == sys.executable and call["command"][2] == "shipped.pt2"
+    assert call["check"] is True and call["timeout"] == 7
+    assert call["script"].startswith("def first_answer(path, images_path):")
+    assert "result = first_answer(sys.argv[1], sys.argv[2])" in call["script"]
+    assert result["folder_gone"] is True and result["process_s"] >= 0
+    if expected is None:
+        assert torch.equal(result["answers"], torch.ones(2, 3))
+    else:
+        assert result["error"] == expected
+
+
+def test_round_trip_verdict_reports_the_error_or_the_check(nb):
+    reference = torch.eye(3)
+    assert nb.round_trip_verdict("file", {"error": "bad"}, reference) == "file, fresh process: FAILED (bad)"
+    assert nb.round_trip_verdict("file", {"answers": reference.clone()}, reference).startswith(
+        "file, fresh process: within float32's tolerance")
+    assert "OUTSIDE" in nb.round_trip_verdict("file", {"answers": reference * 1.01}, reference)
+
+
+def test_cold_starts_lists_the_compile_and_each_fresh_process(nb):
+    results = {"file": {"load_s": 1.0, "first_call_s": 0.2, "process_s": 4.0},
+               "broken": {"error": "bad", "process_s": 2.0}}
+    cold = nb.cold_starts(results, "torch.compile (inductor), this process", 30.0)
+    assert cold == {"torch.compile (inductor), this process": {"first_call_s": 30.0},
+                    "file, fresh process": {"load_s": 1.0, "first_call_s": 0.2, "process_s": 4.0},
+                    "broken, fresh process": {"load_s": None, "first_call_s": None, "process_s": 2.0}}
+
+
+@pytest.mark.gpu_branch("10", "fallbacks: device_type == 'cuda'")
+def test_fallbacks_name_each_stand_in_and_nothing_when_none_ran(nb):
+    assert nb.fallbacks("inductor", True, "cuda") is None
+    assert nb.fallbacks("aot_eager", True, "cuda") == "torch.compile with aot_eager instead of Inductor"
+    assert nb.fallbacks("inductor", False, "cuda") == "no AOTInductor package"
+    assert nb.fallbacks("inductor", True, "cpu") == "no float16 and no pinned copy (no CUDA GPU)"
+
+
+def test_the_figures_cell_reports_the_figures_the_issue_asks_for(nb):
+    reported = []
+    namespace = {**vars(nb), "report_figures": lambda **kwargs: reported.append(kwargs),
+                 "load_rows": [{"rate_per_s": 300, "server": "one at a time", "p50_ms": 1.0, "p99_ms": 2.0}],
+                 "latencies": [0.001, 0.002], "knee": 3.5, "backend": "aot_eager", "build": False,
+                 "device": torch.device("cpu"), "reference": torch.eye(2),
+                 "results": {"torch.export file": {"answers": torch.eye(2)}},
+                 "cold": {"file, fresh process": {"load_s": 1.0, "first_call_s": 0.5}}}
+    run_cell("10", "figures", namespace)
+    [figures] = reported
+    assert set(figures) == {"fallback", "p50_ms", "p99_ms", "single_request_p50_ms", "knee_batch",
+                            "round_trip", "cold_start_s"}
+    assert figures["p50_ms"] == {"one at a time at 300 per s": 1.0} and figures["knee_batch"] == 3.5
+    assert figures["cold_start_s"] == {"file, fresh process": 1.5}
+    assert figures["fallback"].startswith("torch.compile with aot_eager instead of Inductor")
+
+
+# --- The GPU branches of the cells, run with stand-ins shaped like PyTorch's API ----------------------------
+
+class StandInBatch:
+    """A CPU tensor's stand-in that records .to(device, non_blocking=...) and .pin_memory()."""
+
+    def __init__(self, log, pinned=False):
+        self.log, self.pinned, self.nbytes = log, pinned, 25_165_824
+
+    def to(self, device, non_blocking=False):
+        self.log.append(("to", self.pinned, device, non_blocking))
+        return self
+
+    def pin_memory(self):
+        self.log.append(("pin_memory",))
+        return StandInBatch(self.log, pinned=True)
+
+
+@pytest.mark.gpu_branch("10", "cell pinned: device.type == 'cuda'")
+@pytest.mark.parametrize("device_type", ["cuda", "cpu"])
+def test_the_pinned_copy_pins_the_batch_and_copies_both_without_blocking(nb, device_type):
+    log = []
+    stand_in_torch = types.SimpleNamespace(randn=lambda *shape: StandInBatch(log))
+    namespace = {**vars(nb), "torch": stand_in_torch, "device": torch.device(device_type),
+                 "time_it": lambda fn, device, repeats: (fn(), 0.01)[1]}
+    printed = run_cell("10", "pinned", namespace)
+    if device_type == "cpu":
+        assert log == [] and printed.startswith("No CUDA GPU (cpu)")
+        return
+    cuda = torch.device("cuda")
+    assert log == [("to", False, cuda, True), ("pin_memory",), ("to", True, cuda, True)]
+    assert printed == "CPU to GPU: pageable 2.5 GB/s, pinned 2.5 GB/s\n"
+
+
+def stand_in_compile(calls):
+    def compile(model, **kwargs):
+        calls.append(kwargs)
+        return model
+    return compile
+
+
+@pytest.mark.gpu_branch("10", "cell compile: device.type == 'cuda' and backend == 'inductor'")
+@pytest.mark.parametrize("device_type, fast, chosen, expected", [
+    ("cuda", False, "inductor", {"mode": "reduce-overhead"}),  # CUDA graphs on a GPU
+    ("cuda", True, "inductor", {"backend": "aot_eager"}),  # the tests' fast mode
+    ("cpu", False, "inductor", {"backend": "inductor"}),
+    ("cuda", False, "aot_eager", {"backend": "aot_eager"}),
+])
+def test_torch_compile_gets_reduce_overhead_on_a_cuda_gpu_with_inductor(nb, device_type, fast, chosen,
+                                                                         expected):
+    calls = []
+    stand_in_torch = types.SimpleNamespace(compile=stand_in_compile(calls),
+                                           inference_mode=torch.inference_mode)
+    namespace = {**vars(nb), "torch": stand_in_torch, "device": torch.device(device_type), "FAST": fast,
+                 "BACKEND": chosen, "model": lambda batch: batch, "MAX_BATCH": 2,
+                 "requests": StandInRequests(), "time_it": lambda fn, device, repeats, warmup: 1.5}
+    printed = run_cell("10", "compile", namespace)
+    assert calls == [expected]
+    assert printed.startswith(f"torch.compile ({expected.get('backend', 'inductor')}): first call 1.5 s")
+
+
+class StandInRequests:
+    """Slicing gives a batch whose .to(device) moves nothing (the cell's batch for the compiled model)."""
+
+    def __getitem__(self, index):
+        return types.SimpleNamespace(to=lambda device: ("on", device))
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3)).eval()
+
+
+@pytest.mark.gpu_branch("10", "cell faster: device.type == 'cuda'")
+def test_a_cuda_gpu_adds_a_float16_variant_checked_at_float16s_tolerance(nb, monkeypatch):
+    # torch.cuda.get_device_capability(device) -> (major, minor); torch.cuda.synchronize(device) -> None.
+    # The variants run on the CPU: the cell decides with `device` and moves nothing to it.
+    synchronized = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synchronized.append(device))
+    for name, value in {"FAST": True, "device": torch.device("cuda")}.items():  # time_variant's globals
+        monkeypatch.setitem(nb.time_variant.__globals__, name, value)
+    model = tiny_model()
+    namespace = {**vars(nb), "device": torch.device("cuda"), "model": model, "compiled": model,
+                 "backend": "inductor", "batch": torch.randn(6, 3, 8, 8), "ROUNDS": 2, "FAST": True}
+    printed = run_cell("10", "faster", namespace)
+    variants = namespace["variants"]
+    assert list(variants) == ["eager float32", "torch.compile (inductor)", "eager float16"]
+    assert {p.dtype for p in variants["eager float16"].parameters()} == {torch.float16}
+    assert {p.dtype for p in model.parameters()} == {torch.float32}, "the original stays float32"
+    lines = printed.splitlines()
+    assert lines[2].startswith("eager float16: within float16's tolerance (rtol 0.01, atol 0.01)")
+    assert set(namespace["seconds"]) == set(variants) and synchronized
+
+
+class StandInCuda:
+    """torch.cuda's stream and graph API as notebook 10 uses it, recording each call."""
+
+    def __init__(self):
+        self.log, self.capturing = [], False
+        outer = self
+
+        class Stream:
+            def __init__(self, name="side"):
+                self.name = name
+                outer.log.append(("Stream", name))
+
+            def wait_stream(self, other):
+                outer.log.append(("wait_stream", self.name, other.name))
+
+        class CUDAGraph:
+            def replay(self):
+                outer.log.append(("replay",))
+
+        self.Stream, self.CUDAGraph = Stream, CUDAGraph
+        self.current = Stream("current")
+
+    def current_stream(self):
+        return self.current
+
+    @staticmethod
+    def _context(log, entry):
+        import contextlib
+
+        @contextlib.contextmanager
+        def context():
+            log.append(("enter",) + entry)
+            yield
+            log.append(("exit",) + entry)
+        return context()
+
+    def stream(self, stream):
+        return self._context(self.log, ("stream", stream.name))
+
+    def graph(self, graph):
+        return self._context(self.log, ("graph", type(graph).__name__))
+
+
+def test_record_graph_warms_up_on_a_side_stream_then_records_one_call(nb):
+    cuda, calls = StandInCuda(), []
+    model = lambda x: calls.append(len(cuda.log)) or x + 1  # noqa: E731
+    graph, output = nb.record_graph(model, torch.zeros(2), cuda=cuda)
+    names = [entry[:2] for entry in cuda.log]
+    assert names == [("Stream", "current"), ("Stream", "side"), ("wait_stream", "side"),
+                     ("enter", "stream"), ("exit", "stream"), ("wait_stream", "current"),
+                     ("enter", "graph"), ("exit", "graph")]
+    assert len(calls) == 4, "three warm-up calls, then the recorded one"
+    assert isinstance(graph, cuda.CUDAGraph) and torch.equal(output, torch.ones(2))
+
+
+@pytest.mark.gpu_branch("10", "cell cuda-graphs: device.type == 'cuda'")
+def test_the_cuda_graphs_cell_copies_new_pictures_into_the_recorded_input_and_replays(nb, monkeypatch):
+    cuda = StandInCuda()  # the cell defines record_graph again, with torch.cuda as its default
+    for name in ("Stream", "current_stream", "stream", "CUDAGraph", "graph"):
+        monkeypatch.setattr(torch.cuda, name, getattr(cuda, name))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    model = tiny_model()
+    batch = torch.randn(2, 3, 8, 8)
+    requests = torch.randn(5, 3, 8, 8)
+    namespace = {**vars(nb), "device": torch.device("cuda"), "model": model, "batch": batch,
+                 "requests": requests,
+                 "time_it": lambda fn, device, repeats: (fn(), 0.002)[1]}
+    printed = run_cell("10", "cuda-graphs", namespace)
+    assert torch.equal(namespace["static_input"], requests[-2:]), "new pictures in the recorded memory"
+    assert cuda.log.count(("replay",)) == 2  # once for the new pictures, once timed
+    assert printed == "One batch: 2.000 ms eager, 2.000 ms replayed as a CUDA graph.\n"
+    namespace["device"] = torch.device("cpu")
+    assert run_cell("10", "cuda-graphs", namespace) == "CUDA graphs need a CUDA GPU; this run uses cpu.\n"
+
+
+@pytest.mark.gpu_branch("10", "onnx_providers: device_type == 'cuda'")
+def test_onnx_asks_for_the_gpu_provider_first_and_notices_a_silent_fallback(nb):
+    assert nb.onnx_providers("cuda") == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert nb.onnx_providers("cpu") == ["CPUExecutionProvider"]
+    wanted = nb.onnx_providers("cuda")
+    assert nb.provider_verdict(wanted, wanted) == "ONNX Runtime runs on CUDAExecutionProvider, as asked."
+    assert nb.provider_verdict(wanted, ["CPUExecutionProvider"]).startswith(
+        "ONNX Runtime fell back to CPUExecutionProvider: CUDAExecutionProvider did not load")
+    assert "fell back to nothing" in nb.provider_verdict(wanted, [])
+
