@@ -41,10 +41,10 @@ def pytest_configure(config):
 # of one of them running the browser test alone at the end (measured with --durations; pytest.ini
 # turns off xdist's own reordering, which puts files with the most tests first). Notebook 05 goes
 # before 06 so that its torch.compile work is done before the browser test reaches its own copy.
-LONGEST_FIRST = ["tests/test_browser.py", "notebooks/05_", "notebooks/06_", "notebooks/08_",
-                 "tests/test_03_bird.py", "notebooks/03_", "tests/test_06_ddp.py",
-                 "tests/test_08_memory.py", "tests/test_missing_packages.py",
-                 "notebooks/04_", "notebooks/02_", "notebooks/01_"]
+LONGEST_FIRST = ["tests/test_browser.py", "notebooks/05_", "notebooks/06_", "notebooks/10_",
+                 "notebooks/08_", "tests/test_03_bird.py", "notebooks/03_", "tests/test_09_triton.py",
+                 "tests/test_06_ddp.py", "tests/test_08_memory.py", "tests/test_missing_packages.py",
+                 "tests/test_10_serve.py", "notebooks/04_", "notebooks/02_", "notebooks/01_"]
 
 
 def run_order(nodeid):
