@@ -16,6 +16,21 @@ from notebook_code import (INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE, code
 
 nb = load_helpers("01")
 
+# The calls notebook 01 teaches, each in a visible code cell of its core (issue 30; checked by
+# tests/test_learner_first.py). The clock that synchronizes is tested below with a recording stand-in,
+# because a CPU cannot show what it does.
+TAUGHT_CALLS = [
+    r"torch\.cuda\.is_available\(\)",
+    r"torch\.cuda\.get_device_name\(",
+    r"torch\.version\.cuda",
+    r"torch\.cuda\.get_arch_list\(\)",
+    r"torch\.accelerator\.current_accelerator\(\)",
+    r"torch\.backends\.mps\.is_available\(\)",
+    r"def synchronized_clock\(on_device\):.*synchronize\(on_device\)",
+    r"benchmark\.Timer\(.*timer=synchronized_clock\(on_device\)",
+    r"\.blocked_autorange\(min_run_time=",
+]
+
 CUDA13_ARCHES = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
 # torch.cuda.get_arch_list() of a ROCm wheel (torch 2.7.1+rocm6.3): AMD architecture names, no "sm_".
 ROCM_ARCHES = ["gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1101",
@@ -491,7 +506,7 @@ def test_datasheet_cell_names_a_gpu_it_does_not_know_and_says_why_without_one(mo
 def test_speed_and_copy_tables_are_rounded():
     speed = nb.speed_table({"cpu": 87.654321, "cuda": 7123.456789})
     assert speed.loc["cpu"].tolist() == [88] and speed.loc["cuda"].tolist() == [7123]
-    copies = nb.copy_table({"pinned host -> GPU": 12.345678}, 256)
+    copies = nb.copy_table({"pinned CPU memory -> GPU": 12.345678}, 256)
     assert copies.iloc[0, 0] == 12.3
 
 
@@ -634,16 +649,45 @@ def test_needed_branch_for_each_cuda_major_and_a_default():
         450, 525, 580, 580]
 
 
+# Issue 28: on Colab the driver may say "CUDA Version: 12.4" beside a CUDA 12.6 wheel, which reads like a
+# contradiction; the line says why it is fine (NVIDIA's minor version compatibility, pytorch/pytorch#77528).
+COMPATIBLE_MINOR = "a driver for CUDA 12.x runs builds of every CUDA 12.x version"
+
+
 @pytest.mark.gpu_branch("01", "smi_summary: cuda_build is None")
 @pytest.mark.parametrize("cuda_build, newest, verdict", [
-    ("13.0", "13.0", "the driver is new enough."),   # the same major: fits
-    ("13.0", "13.1", "the driver is new enough."),
-    ("12.6", "13.0", "the driver is new enough."),
-    ("13.0", "12.9", "the driver is too old for it"),
+    ("13.0", "13.0", "the driver is new enough."),  # the same version
+    ("12.4", "12.6", "the driver is new enough."),  # an older minor version of the same major
+    ("12.5", "12.6", "the driver is new enough."),
+    ("12.6", "13.0", "the driver is new enough (drivers also run builds of older CUDA major versions)."),
+    ("13.0", "12.9", "the driver is too old for it: a CUDA 13 build needs a driver for CUDA 13.x or newer"),
+    ("13", "12.9", "the driver is too old for it"),  # a version without its minor part
 ])
-def test_smi_summary_compares_the_majors(cuda_build, newest, verdict):
-    text = nb.smi_summary({**smi(cuda=newest), "report": NEW_HEADER}, cuda_build)
+def test_the_driver_line_compares_major_versions(cuda_build, newest, verdict):
+    text = " ".join(nb.smi_summary({**smi(cuda=newest), "report": NEW_HEADER}, cuda_build).split())
     assert verdict in text and NEW_HEADER.strip().splitlines()[0] in text
+    assert "minor version compatibility" not in text and "although" not in text
+
+
+@pytest.mark.parametrize("cuda_build, newest", [("12.6", "12.4"), ("12.5", "12.4"), ("12.8", "12.2")])
+def test_a_newer_minor_version_than_the_drivers_is_fine_and_the_line_says_why(cuda_build, newest):
+    report = {**smi(driver="550.54.15", cuda=newest), "report": NEW_HEADER}
+    lines = nb.smi_summary(report, cuda_build).splitlines()
+    text = " ".join(" ".join(lines).split())
+    assert (f"Driver 550.54.15 runs CUDA up to {newest}; this PyTorch wheel is a CUDA {cuda_build} build: "
+            f"the driver is new enough, although {cuda_build} is newer than {newest}: "
+            f"{COMPATIBLE_MINOR} (NVIDIA's minor version compatibility, "
+            "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html).") in text
+    assert "too old" not in text and all(len(line) <= 100 for line in lines)
+    assert nb.driver_too_old(facts(cuda_build=cuda_build, nvidia_smi=smi(driver="550.54.15"))) is None
+
+
+@pytest.mark.parametrize("version, parts", [("12.6", (12, 6)), ("13", (13, 0)), ("11.8.89", (11, 8)),
+                                            ("12.10", (12, 10))])
+def test_major_minor_reads_numbers_not_text(version, parts):
+    assert nb.major_minor(version) == parts
+    # read as numbers: 12.10 is newer than 12.9, which comparing text would get wrong
+    assert "although 12.10 is newer than 12.9" in nb.driver_verdict("12.9", "12.10")
 
 
 def test_smi_summary_without_a_cuda_wheel_without_a_cuda_field_and_with_a_rejected_query():
@@ -1107,12 +1151,12 @@ def test_going_deeper_b_on_a_cuda_gpu_copies_pageable_and_pinned_memory(monkeypa
     namespace = {**vars(nb), "device": torch.device("cuda"), "copy_gbps": copy_gbps, "COPY_MEGABYTES": 1}
     printed = run_cell("01", "cell-21-run", namespace)
     assert copied == [(False, "cuda"), (True, "cuda")]
-    assert namespace["copies"] == {"pageable host -> GPU": 12.0, "pinned host -> GPU": 24.0}
+    assert namespace["copies"] == {"pageable CPU memory -> GPU": 12.0, "pinned CPU memory -> GPU": 24.0}
     assert printed.strip() == "Pinned memory copies 2.0 times as fast as pageable memory."
 
 
 @pytest.mark.gpu_branch("01", "cell cell-21-run: device.type != 'cpu'")
-@pytest.mark.parametrize("device_type, row", [("mps", "host -> mps"),
+@pytest.mark.parametrize("device_type, row", [("mps", "CPU memory -> mps"),
                                               ("cpu", "CPU RAM -> CPU RAM (stand-in, not a GPU copy)")])
 def test_going_deeper_b_on_a_mac_and_on_a_cpu(device_type, row):
     copied = []
@@ -1189,3 +1233,90 @@ def test_a_copy_is_timed_on_a_clock_that_waits_for_the_device(clocks):
     gbps = nb.copy_gbps(source, torch.device("cpu"))
     assert 0.01 < gbps < 1e4
     assert clocks and set(clocks) == {torch.device("cpu")}
+
+
+# --- Issue 30: the timing taught in Step 5, the made-up diagnosis in Going deeper, the figures reported ---
+
+class RecordingTimer:
+    """Stands in for torch.utils.benchmark.Timer: notes how it is built and reads its clock twice."""
+    made = []
+
+    def __init__(self, stmt, globals, timer, num_threads):
+        RecordingTimer.made.append({"stmt": stmt, "globals": globals, "num_threads": num_threads})
+        self.timer = timer
+
+    def blocked_autorange(self, min_run_time):
+        self.timer(), self.timer()  # the start and the end of a measurement
+        return types.SimpleNamespace(median=0.5)
+
+
+class TorchMakingMetaTensors:
+    """`torch` for Step 5's cell, except that torch.randn notes its device and makes a `meta` tensor."""
+
+    def __init__(self):
+        self.devices = []
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def randn(self, *size, device=None):
+        self.devices.append(torch.device(device))
+        return torch.empty(*size, device="meta")
+
+
+@pytest.mark.parametrize("device", [torch.device("cuda"), torch.device("mps")])
+def test_step_5_times_the_gpu_on_a_clock_that_synchronizes_that_gpu(monkeypatch, device):
+    """What a CPU cannot show: Timer gets a clock that waits for the device measured, at every reading."""
+    RecordingTimer.made.clear()
+    waited, fake_torch = [], TorchMakingMetaTensors()
+    namespace = {**vars(nb), "benchmark": types.SimpleNamespace(Timer=RecordingTimer), "FAST": False,
+                 "synchronize": waited.append, "torch": fake_torch}
+    run_cell("01", "cell-17", namespace)
+    assert namespace["MATMUL_SIZE"] == 2048 and namespace["MIN_RUN_SECONDS"] == 1.0
+    gflops = namespace["matmul_gflops"](device, 1024)
+    assert fake_torch.devices == [device, device]  # both matrices are made on the device measured
+    assert waited == [device, device]  # each reading of the clock waits for that device first
+    [timer] = RecordingTimer.made
+    assert timer["stmt"] == "a @ b" and set(timer["globals"]) == {"a", "b"}
+    assert timer["num_threads"] == torch.get_num_threads()
+    assert gflops == pytest.approx(2 * 1024**3 / 0.5 / 1e9)
+
+
+def test_the_made_up_machines_are_diagnosed_in_going_deeper_and_the_core_points_there():
+    cells = NOTEBOOK.cells
+    deeper = next(i for i, cell in enumerate(cells) if cell.source.startswith("## Going deeper"))
+    made_up = next(i for i, cell in enumerate(cells) if cell.get("id") == "cell-13")
+    assert made_up > deeper and "### D · The diagnosis of two made-up machines" in cells[made_up - 1].source
+    core = " ".join(core_markdown(NOTEBOOK).split())
+    assert "Going deeper D asks it about a Windows computer with the CPU-only wheel and a Kaggle P100" in core
+    assert "Exercise 2" in cells[made_up - 1].source
+
+
+@pytest.mark.parametrize("machine, expected", [
+    ("T4", {"gpus": ["Tesla T4"], "cuda_build": "13.0", "driver": "580.65.06",
+            "findings": ["Ready: PyTorch uses 1 GPU(s): Tesla T4"], "matmul_size": 2048,
+            "matmul_gflops": {"cpu": 88, "cuda": 4568}}),
+    ("CPU", {"gpus": [], "cuda_build": "13.0", "driver": None, "findings": ["No NVIDIA driver found"],
+             "matmul_size": 512, "matmul_gflops": {"cpu": 88}}),
+])
+def test_the_core_reports_the_figures_it_measured_once(machine, expected):
+    """Issue 32: one report_figures call, near the end of the core, with Step 5's speeds and the diagnosis."""
+    reported = []
+    on_t4 = machine == "T4"
+    namespace = {**vars(nb), "report_figures": lambda fallback=None, **figures: reported.append(
+                     (fallback, figures)),
+                 "facts": facts(cuda_available=True, gpu_count=1, gpus=[gpu()], nvidia_smi=smi()) if on_t4
+                 else facts(),
+                 "speed": {"cpu": 87.6, "cuda": 4567.8} if on_t4 else {"cpu": 87.6},
+                 "MATMUL_SIZE": 2048 if on_t4 else 512}
+    run_cell("01", "cell-23-figures", namespace)
+    assert reported == [(None, expected)]
+    sources = [cell.source for cell in NOTEBOOK.cells if cell.cell_type == "code"]
+    assert sum("report_figures(" in source for source in sources) == 2  # the shared cell defines it
+    from notebook_code import core_cells
+    assert "cell-23-figures" in [cell.get("id") for cell in core_cells(NOTEBOOK)]
+
+
+def test_no_dtype_is_chosen_by_is_bf16_supported_alone():
+    """Issue 28: a T4 answers True through emulation (pytorch/pytorch#148322); 01 chooses no dtype by it."""
+    assert not any("is_bf16_supported" in source for source in code_cells(NOTEBOOK))

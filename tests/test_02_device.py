@@ -10,19 +10,44 @@ import ast
 import math
 import pickle
 import re
+import types
 import weakref
 
 import pandas as pd
 import pytest
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
-from notebook_code import core_markdown, load_helpers, notebook_path, read, run_cell
+from notebook_code import (INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE, core_cells, core_markdown,
+                           load_helpers, notebook_path, read, run_cell)
 
 
 @pytest.fixture(scope="module")
 def nb():
     return load_helpers("02")
+
+
+# The calls notebook 02 teaches, each in a visible code cell of its core (issue 30; checked by
+# tests/test_learner_first.py). Those whose effect a CPU cannot show (synchronize around the clock,
+# non_blocking, pin_memory, the CUDA memory counters) are tested below with recording stand-ins.
+TAUGHT_CALLS = [
+    r"on_cpu\.to\(device\)",
+    r"torch\.randn\(side, side, device=device\)",
+    r"\.item\(\)",
+    r"\.cpu\(\)\.numpy\(\)",
+    r"model\.to\(device\)",
+    r"def train_epochs\(.*synchronize\(device\).*time\.perf_counter\(\).*"
+    r"\.to\(device, non_blocking=non_blocking\).*synchronize\(device\)[^\n]*\n\s+seconds = time\.perf_counter\(\)",
+    r"DataLoader\(.*pin_memory=use_pinned_memory",
+    r"non_blocking=True",
+    r"torch\.cuda\.memory_allocated\(device\)",
+    r"torch\.cuda\.memory_reserved\(device\)",
+    r"torch\.cuda\.max_memory_allocated\(device\)",
+    r"torch\.cuda\.empty_cache\(\)",
+    r"torch\.save\(model\.state_dict\(\), path\)",
+    r"torch\.load\(path, map_location=device, weights_only=True\)",
+]
 
 
 # --- the largest-batch finder ------------------------------------------------------------------------
@@ -268,6 +293,8 @@ def _displayed(statement):
 def test_every_table_the_notebook_shows_goes_through_readable():
     shown = 0
     for source in notebook_text("code"):
+        if source.startswith((SHARED_CELL_FIRST_LINE, INSTALL_CELL_FIRST_LINE)):
+            continue  # the collection's own cells: report_figures displays a record, not a table
         tree = ast.parse(source)
         results = [_displayed(tree.body[-1])] if tree.body else []
         results += [call.args[0] for call in ast.walk(tree) if isinstance(call, ast.Call)
@@ -362,11 +389,11 @@ def test_memory_walkthrough_shows_allocated_reserved_and_peak_as_cuda_does(nb, m
 
 def test_memory_story_reads_the_numbers_of_its_table(nb, monkeypatch):
     FakeCachingAllocator(live_mib=10, cached_mib=30).install(monkeypatch)
-    story = " ".join(nb.memory_story(nb.memory_walkthrough(torch.device("cuda"))).split())
-    assert "rose allocated_MiB by 256.0 and reserved_MiB by 256.0" in story
-    assert "allocated_MiB fell by 256.0 while reserved_MiB fell by 0.0" in story
-    assert "handed 256.0 MiB back" in story
-    assert "14,990.0 of 15,000.0 MiB free" in story
+    story = nb.memory_story(nb.memory_walkthrough(torch.device("cuda"))).splitlines()
+    assert story == ["allocated_MiB: +256.0 with the tensor, -256.0 after del.",
+                     "reserved_MiB: +256.0 with the tensor, +0.0 after del (cached), -256.0 after empty_cache().",
+                     "peak_allocated_MiB: 266.0 once the tensor is gone; the GPU has 14,990.0 of 15,000.0 MiB "
+                     "free."]
 
 
 @pytest.mark.gpu_branch("02", "gpu_checkpoint_error: torch.cuda.is_available()")
@@ -435,39 +462,63 @@ def test_training_step_for_the_search_keeps_model_and_batch_on_its_device(nb, mo
     assert {parameter.grad.device.type for parameter in model.parameters()} == {"meta"}
 
 
-def test_train_one_epoch_learns_on_its_device_and_returns_a_python_number(nb):
+def test_train_epochs_learns_on_its_device_and_reads_each_loss_as_a_python_number(nb):
     inputs, targets, _, _ = nb.make_regression_data(256, 3, torch.Generator().manual_seed(0))
     torch.manual_seed(0)
     model = nn.Linear(3, 1)
     start = [parameter.detach().clone() for parameter in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     batches = nb.OnDeviceBatches(inputs, targets, batch_size=32)
-    losses = [nb.train_one_epoch(model, batches, nn.MSELoss(), optimizer, torch.device("cpu"),
-                                 non_blocking=True) for _ in range(3)]
+    model.eval()  # train_epochs switches the model to training mode itself
+    rows = nb.train_epochs(model, batches, nn.MSELoss(), optimizer, torch.device("cpu"), epochs=3,
+                           non_blocking=True)
+    losses = [row["loss"] for row in rows]
     assert all(type(loss) is float for loss in losses)
     assert losses[2] < losses[1] < losses[0]
     assert all(not torch.equal(a, b) for a, b in zip(start, model.parameters()))
     assert model.training and nb.model_device(model) == torch.device("cpu")
 
 
-@pytest.mark.gpu_branch("02", "feeding_story: moved and device.type == 'cpu'")
-def test_feeding_story_says_what_each_device_shows(nb):
-    runs = pd.DataFrame({
-        "run": ["regression, data on device, DataLoader", "regression, data on device, sliced batches",
-                "regression, data on CPU, moved per batch", "CNN, data on device, sliced batches",
-                "CNN, data on CPU, moved per batch"],
-        "first_loss": [8.0, 8.0, 8.0, 1.41, 1.42], "last_loss": [0.5, 0.5, 0.5, 0.3, 0.4],
-        "ms_per_epoch": [40.0, 10.0, 120.0, 50.0, 90.0]})
-    on_cpu = " ".join(nb.feeding_story(runs, torch.device("cpu")).split())
-    assert "Every run's loss went down." in on_cpu
-    assert "DataLoader took 4.0x" in on_cpu and "nothing is copied" in on_cpu
-    assert "from 1.41 to 0.30" in on_cpu
-    on_gpu = " ".join(nb.feeding_story(runs, torch.device("cuda")).split())
-    assert "took 3.0x the time per epoch of the same DataLoader" in on_gpu
-    assert "nothing is copied" not in on_gpu
-    stuck = runs.assign(last_loss=[0.5, 9.0, 0.5, 0.3, 0.4])
-    assert "did NOT go down in: regression, data on device, sliced batches" in " ".join(
-        nb.feeding_story(stuck, torch.device("cpu")).split())
+RUNS = pd.DataFrame({
+    "run": ["regression, data on device, DataLoader", "regression, data on device, sliced batches",
+            "regression, data on CPU, moved per batch", "CNN, data on device, sliced batches",
+            "CNN, data on CPU, moved per batch"],
+    "first_loss": [8.0, 8.0, 8.0, 1.41, 1.42], "last_loss": [0.5, 0.5, 0.5, 0.3, 0.4],
+    "ms_per_epoch": [40.0, 10.0, 120.0, 50.0, 90.0]})
+
+
+def test_feeding_story_prints_short_lines_that_read_the_table(nb):
+    lines = nb.feeding_story(RUNS, torch.device("cpu")).splitlines()
+    assert lines == ["Every run's loss went down.", "DataLoader / sliced batches: 4.0x the time per epoch.",
+                     "Moved per batch / data on device: 3.00x; device is the CPU: nothing is copied, so that "
+                     "gap is noise.", "CNN loss: 1.41 -> 0.30 (a blind guess: ln 4 = 1.39)."]
+    assert all(len(line) <= 100 for line in lines)
+    stuck = RUNS.assign(last_loss=[0.5, 9.0, 0.5, 0.3, 0.4])
+    assert nb.feeding_story(stuck, torch.device("cpu")).startswith(
+        "The loss did NOT go down in: regression, data on device, sliced batches.")
+
+
+# Issue 28: on a GPU the line about the copies follows the measured ratio of "moved per batch" to "data
+# on device, DataLoader" on each side of its boundaries (1.2 and 1 / 1.2): a ratio near 1.0 on a T4 must not
+# be read as a cost of the copies.
+@pytest.mark.gpu_branch("02", "copy_verdict: device.type == 'cpu'")
+@pytest.mark.parametrize("moved_ms, verdict", [
+    (48.0, "on cuda, the copies cost a clear share of the time."),  # 1.20: the boundary itself
+    (120.0, "on cuda, the copies cost a clear share of the time."),
+    (47.6, "no clear cost of the copies on cuda at this size (within 20%)."),  # 1.19
+    (40.0, "no clear cost of the copies on cuda at this size (within 20%)."),  # 1.00
+    (33.6, "no clear cost of the copies on cuda at this size (within 20%)."),  # 0.84, above 1 / 1.2
+    (33.2, "faster than with the data on the device: timing noise, not a gain."),  # 0.83, below it
+    (10.0, "faster than with the data on the device: timing noise, not a gain."),
+])
+def test_the_line_about_copies_follows_the_measured_ratio_on_a_gpu(nb, moved_ms, verdict):
+    runs = RUNS.assign(ms_per_epoch=[40.0, 10.0, moved_ms, 50.0, 90.0])
+    lines = nb.feeding_story(runs, torch.device("cuda")).splitlines()
+    assert lines[2] == f"Moved per batch / data on device: {moved_ms / 40:.2f}x; {verdict}"
+    assert "nothing is copied" not in " ".join(lines)
+    on_cpu = nb.feeding_story(runs, torch.device("cpu")).splitlines()[2]
+    assert on_cpu.endswith("device is the CPU: nothing is copied, so that gap is noise.")
+    assert nb.COPY_COST_RATIO == 1.2
 
 
 # --- issue 12: learner first ---------------------------------------------------------------------------
@@ -479,7 +530,7 @@ def _visible_code_cells():
 def test_each_visible_code_cell_is_short():
     """Notebook 02's own rule; test_learner_first.py checks the budget of visible lines in all."""
     sizes = [sum(1 for line in source.splitlines() if line.strip()) for source in _visible_code_cells()]
-    assert max(sizes) <= 16
+    assert max(sizes) <= 20  # the timed training loop and the memory counters are the longest
 
 
 def test_core_ends_in_the_summary_and_going_deeper_holds_the_rest():
@@ -628,7 +679,7 @@ def test_the_figure_draws_pageable_pinned_and_gpu_memory_and_the_copies(nb, devi
     try:
         [axes] = figure.axes
         words = " ".join(" ".join(text.get_text() for text in axes.texts).split())
-        for shown in ("CPU memory (RAM): the host", "GPU memory: the device", "pageable memory",
+        for shown in ("CPU memory (RAM)", "GPU memory", "pageable memory",
                       "pinned (page-locked) memory", "DataLoader(pin_memory=True)", "PCIe bus",
                       ".to(device, non_blocking=True)", "the CPU waits", "the CPU goes on", ".cpu()",
                       "torch.randn(..., device=device)"):
@@ -649,7 +700,7 @@ def test_step_5_memory_cell_on_a_cuda_gpu(nb, monkeypatch):
     printed = run_cell("02", "cell-39c", {**vars(nb), "device": torch.device("cuda"), "display": shown.append})
     [table] = shown
     assert table["allocated_MiB"].tolist() == [10, 266, 10, 10]
-    assert "Allocating rose allocated_MiB by 256.0" in " ".join(printed.split())
+    assert printed.startswith("allocated_MiB: +256.0 with the tensor, -256.0 after del.")
 
 
 def test_step_5_memory_cell_without_cuda_makes_no_numbers_up(nb, monkeypatch):
@@ -659,7 +710,7 @@ def test_step_5_memory_cell_without_cuda_makes_no_numbers_up(nb, monkeypatch):
         monkeypatch.setattr(torch.cuda, name, no_counters)
     for device in ("cpu", "mps"):
         printed = run_cell("02", "cell-39c", {**vars(nb), "device": torch.device(device), "display": print})
-        assert printed.startswith(f"Skipped: device is {device}, not a CUDA GPU.")
+        assert printed == f"Skipped: device is {device}, not a CUDA GPU; no memory numbers are made up.\n"
 
 
 # The real message of CUDA's caching allocator (c10/cuda/CUDACachingAllocator.cpp), for a T4.
@@ -760,7 +811,7 @@ def test_feeding_story_without_a_moved_run_or_cnn_rows(nb):
                                  "regression, data on device, sliced batches"],
                          "first_loss": [8.0, 8.0], "last_loss": [0.5, 0.5], "ms_per_epoch": [40.0, 10.0]})
     story = " ".join(nb.feeding_story(runs, torch.device("cuda")).split())
-    assert "DataLoader took 4.0x" in story
+    assert "DataLoader / sliced batches: 4.0x" in story
     assert "Moving each batch" not in story and "nothing is copied" not in story and "CNN" not in story
 
 
@@ -834,3 +885,168 @@ def test_small_cnn_classifies_images_of_its_size_into_four_classes(nb, size):
     assert model(torch.randn(5, 3, size, size)).shape == (5, 4)
     assert torch.equal(nb.new_cnn(torch.device("cpu")).classifier[1].weight,
                        nb.new_cnn(torch.device("cpu")).classifier[1].weight)  # the same start
+
+
+# --- Issue 30: the timed loop in view, tested where a CPU cannot show what it does -------------------------
+
+class MovedByTo:
+    """A batch tensor that notes each .to(device, non_blocking=...) made on it, then gives the tensor."""
+
+    def __init__(self, tensor, events):
+        self.tensor, self.events = tensor, events
+
+    def to(self, device, non_blocking=False):
+        self.events.append(("to", torch.device(device).type, non_blocking))
+        return self.tensor
+
+
+class SteppingOptimizer:
+    """Wraps an optimizer and notes each step in the events."""
+
+    def __init__(self, optimizer, events):
+        self.optimizer, self.events = optimizer, events
+
+    def zero_grad(self, set_to_none=True):
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self):
+        self.events.append("step")
+        self.optimizer.step()
+
+
+@pytest.mark.parametrize("non_blocking", [True, False])
+def test_train_epochs_reads_the_clock_only_after_synchronize_and_passes_non_blocking(nb, monkeypatch,
+                                                                                      non_blocking):
+    """On a GPU, work is queued: the clock must start after one synchronize and stop after another that
+    follows the last optimizer step; non_blocking must reach every .to() of a batch."""
+    events, readings = [], iter(range(100))
+    functions = nb.train_epochs.__globals__
+    monkeypatch.setitem(functions, "synchronize", lambda device: events.append(("synchronize", device)))
+    monkeypatch.setitem(functions, "time", types.SimpleNamespace(
+        perf_counter=lambda: events.append("clock") or float(next(readings))))
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    batches = [(MovedByTo(torch.randn(4, 3), events), MovedByTo(torch.randn(4, 1), events)) for _ in range(2)]
+    optimizer = SteppingOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), events)
+    device = torch.device("cpu")
+    rows = nb.train_epochs(model, batches, nn.MSELoss(), optimizer, device, epochs=2,
+                           non_blocking=non_blocking)
+    moves = [("to", "cpu", non_blocking)] * 2
+    one_epoch = [("synchronize", device), "clock", *moves, "step", *moves, "step", ("synchronize", device),
+                 "clock"]
+    assert events == one_epoch * 2
+    assert [row["seconds"] for row in rows] == [1.0, 1.0] and [row["epoch"] for row in rows] == [1, 2]
+
+
+class RecordingDataLoader:
+    """Stands in for DataLoader: notes its arguments; batches come from a plain DataLoader, unpinned."""
+    made = []
+
+    def __init__(self, dataset, batch_size=1, shuffle=False, pin_memory=False):
+        RecordingDataLoader.made.append({"pin_memory": pin_memory, "batch_size": batch_size, "shuffle": shuffle})
+        self.loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle)
+
+    def __iter__(self):
+        return iter(self.loader)
+
+
+def recording_train_epochs(calls):
+    """Stands in for train_epochs: notes the device and non_blocking of each run, returns two rows."""
+    def train_epochs(model, batches, loss_fn, optimizer, device, epochs, non_blocking=False):
+        calls.append((device, non_blocking))
+        return [{"epoch": 1, "loss": 2.0, "seconds": 0.2}, {"epoch": 2, "loss": 1.0, "seconds": 0.1}]
+    return train_epochs
+
+
+class StaysOnTheCpu(torch.Tensor):
+    """A tensor whose .to(a GPU) hands back its plain CPU self: cells that move data run on a CPU."""
+
+    def to(self, *args, **kwargs):
+        return self.as_subclass(torch.Tensor)
+
+
+@pytest.mark.parametrize("device_type, pinned", [("cuda", True), ("cpu", False), ("mps", False)])
+def test_way_2_pins_the_dataloaders_batches_and_copies_them_non_blocking_on_a_cuda_gpu(nb, device_type,
+                                                                                     pinned):
+    RecordingDataLoader.made.clear()
+    calls, device = [], torch.device(device_type)
+    inputs, targets, true_weight, _ = nb.make_regression_data(64, 10, torch.Generator().manual_seed(0))
+    namespace = {**vars(nb), "device": device, "DataLoader": RecordingDataLoader,
+                 "regression_inputs": inputs, "regression_targets": targets, "true_weight": true_weight,
+                 "batch_size": 16, "regression_epochs": 2, "runs": [],
+                 "new_regression_model": lambda device: nn.Linear(10, 1),
+                 "train_epochs": recording_train_epochs(calls)}
+    run_cell("02", "cell-31", namespace)
+    assert RecordingDataLoader.made == [{"pin_memory": pinned, "batch_size": 16, "shuffle": True}]
+    assert calls == [(device, True)]  # moved per batch, with non_blocking=True
+    images = torch.randn(8, 3, 32, 32).as_subclass(StaysOnTheCpu)
+    labels = torch.randint(0, 4, (8,)).as_subclass(StaysOnTheCpu)
+    namespace.update(images=images, labels=labels, FAST=True, new_cnn=lambda device: nb.SmallCNN(),
+                     runs=[{"run": name, "first_loss": 2.0, "last_loss": 1.0, "ms_per_epoch": ms}
+                           for name, ms in (("regression, data on device, DataLoader", 40.0),
+                                            ("regression, data on device, sliced batches", 10.0))])
+    calls.clear()
+    printed = run_cell("02", "cell-33b", namespace)
+    assert RecordingDataLoader.made[1:] == [{"pin_memory": pinned, "batch_size": 16, "shuffle": True}]
+    assert calls == [(device, False), (device, True)]  # sliced on the device, then moved per batch
+    assert printed.startswith("Every run's loss went down.")
+
+
+def test_the_figure_of_where_a_tensor_lives_comes_at_step_1s_first_move():
+    notebook = read(notebook_path("02"))
+    ids = [cell.get("id") for cell in notebook.cells]
+    first_move = next(cell.get("id") for cell in notebook.cells
+                      if cell.cell_type == "code" and not cell.source.startswith("#@title")
+                      and ".to(device)" in cell.source)
+    assert first_move == "cell-05" and ids.index("cell-30-figure") == ids.index("cell-05") + 1
+    assert "## Step 1 " in notebook.cells[ids.index("cell-05") - 1].source
+
+
+def test_step_4_charts_the_time_per_epoch_not_the_loss():
+    import matplotlib.pyplot as plt
+    nb = load_helpers("02")
+    figure = nb.epoch_time_chart(RUNS, torch.device("cuda"))
+    try:
+        [axes] = figure.axes
+        assert [label.get_text() for label in axes.get_yticklabels()] == list(RUNS["run"])
+        assert [text.get_text() for text in axes.texts] == ["40.0 ms", "10.0 ms", "120.0 ms", "50.0 ms",
+                                                           "90.0 ms"]
+        assert axes.get_xscale() == "log" and "time per epoch, ms" in axes.get_xlabel()
+        assert axes.get_title().startswith("Time per epoch on cuda")
+        low, high = axes.get_xlim()
+        assert low < 10.0 and high > 120.0
+    finally:
+        plt.close(figure)
+    chart_cells = [cell.source for cell in core_cells(read(notebook_path("02")))
+                   if cell.cell_type == "code" and "plt.show()" in cell.source]
+    assert not any("loss" in source for source in chart_cells if "epoch_time_chart" in source)
+    assert any("epoch_time_chart(pd.DataFrame(runs), device)" in source for source in chart_cells)
+
+
+@pytest.mark.parametrize("elsewhere, pinned, fallback", [
+    (torch.device("meta"), False, "the meta device stood in for a GPU's errors"),
+    (torch.device("cuda", 0), True, None),
+])
+def test_the_core_reports_the_figures_it_measured_once(nb, elsewhere, pinned, fallback):
+    """Issue 32: one report_figures call near the end of the core, with Step 1's and Step 4's timings;
+    `fallback` says when the `meta` device stood in for the GPU's errors."""
+    reported = []
+    first_inputs = types.SimpleNamespace(is_pinned=lambda: pinned)
+    namespace = {**vars(nb), "elsewhere": elsewhere, "first_inputs": first_inputs, "weight_gap": 0.012345,
+                 "report_figures": lambda fallback=None, **figures: reported.append((fallback, figures)),
+                 "creation_ms": {"torch.randn(...): make on the CPU": 1.23456, "copy: x": 0.5},
+                 "runs": [{"run": "regression, data on device, DataLoader", "ms_per_epoch": 40.123}]}
+    run_cell("02", "cell-45c", namespace)
+    assert reported == [(fallback, {"creation_ms": {"torch.randn(...)": 1.235, "copy": 0.5},
+                                    "epoch_ms": {"regression, data on device, DataLoader": 40.12},
+                                    "weight_gap": 0.0123, "pinned_batches": pinned})]
+    notebook = read(notebook_path("02"))
+    assert "cell-45c" in [cell.get("id") for cell in core_cells(notebook)]
+    calls = [cell.get("id") for cell in notebook.cells if cell.cell_type == "code"
+             and "report_figures(" in cell.source and not cell.source.startswith(SHARED_CELL_FIRST_LINE)]
+    assert calls == ["cell-45c"]
+
+
+def test_no_dtype_is_chosen_by_is_bf16_supported_alone():
+    """Issue 28: a T4 answers True through emulation (pytorch/pytorch#148322); 02 chooses no dtype by it."""
+    assert not any("is_bf16_supported" in source for source in notebook_text("code"))

@@ -76,6 +76,13 @@ VERDICTS = {
         Verdict(r"^after \.to\('meta'\): weight on meta, the optimizer's on cpu; the same tensor: False$",
                 "always", "the pitfall shown: an optimizer made before a real move holds the old tensors"),
     ],
+    ("02", "cell-33b"): [
+        Verdict(r"^Moved per batch / data on device: \d+\.\d\dx; device is the CPU: nothing is copied", "cpu",
+                "all three regression runs reported a time per epoch, and on the CPU the copies are not "
+                "read as a cost (issue 28: the line follows the device and the measured ratio)"),
+        Verdict(r"^Moved per batch / data on device: \d+\.\d\dx; (on \S+, the copies|no clear|faster)", "gpu",
+                "on a GPU the line names the copies' cost only as far as the ratio shows one"),
+    ],
     ("02", "cell-43c"): [
         Verdict(r"^SIMULATION: device is cpu, not a CUDA GPU[\s\S]*the search found that limit, 300\.", "cpu",
                 "without a GPU the search runs on a labelled stand-in and finds its made-up limit exactly"),
