@@ -900,8 +900,10 @@ def test_the_figures_of_runs_that_reported_no_speed_are_none_not_nan():
 
 def test_the_figures_are_reported_once_near_the_end_of_the_core():
     calls = [cell for cell in core_cells(NOTEBOOK) if cell.cell_type == "code"
-             and re.search(r"^report_figures\(", cell.source, re.M)]
+             and re.search(r"^reported = report_figures\(", cell.source, re.M)]
     assert [cell.get("id") for cell in calls] == ["cell-40a"]
+    last = ast.parse(calls[0].source).body[-1]  # an expression there would show the record as text
+    assert isinstance(last, ast.Assign) and ast.unparse(last.value).startswith("report_figures(")
     assert sum("report_figures(" in source for source in code_cells(NOTEBOOK)
                if not source.startswith("#@title Shared setup")) == 1
 
