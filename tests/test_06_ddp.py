@@ -38,7 +38,7 @@ nb = load_helpers("06")
 # their output): the tests taking the fixture `plumbing` run on both copies.
 PLUMBING = {"06": nb, "08": load_helpers("08")}
 
-# The calls notebook 06 teaches, each in a visible code cell of its core (issue 30; checked by
+# The calls notebook 06 teaches, each in a visible code cell of its core (checked by
 # tests/test_learner_first.py). Those whose effect a CPU cannot show (the NCCL backend, the GPU of
 # LOCAL_RANK for set_device, init_process_group and DDP's device_ids) are checked with stand-ins
 # below, in test_on_two_gpus_each_process_joins_over_nccl_on_the_gpu_of_its_local_rank.
