@@ -1,7 +1,7 @@
 """Notebook 06: the DDP training script it writes, torchrun's command line, reading the results,
-the cost model, and the promise that no launch leaves a process or a port behind.
+the cost model, and the promise that no run of torchrun leaves a process or a port behind.
 
-The last tests launch torchrun for real (on the CPU, over gloo), as the notebook does.
+The last tests start torchrun for real (on the CPU, over gloo), as the notebook does.
 """
 import ast
 import datetime
@@ -16,11 +16,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import types
 from pathlib import Path
 
+import nbformat
 import pandas as pd
 import psutil
 import pytest
@@ -28,13 +30,30 @@ import torch
 import torch.distributed.run
 from torch.nn.parallel import DistributedDataParallel
 
-from notebook_code import (REPO, code_cells, core_markdown, load_helpers, notebook_path, read,
-                           run_cell)
+from notebook_code import (cell_source, code_cells, core_cells, is_folded, load_helpers, notebook_path,
+                           read, run_cell)
 
 nb = load_helpers("06")
 # Notebook 08 carries copies of 06's plumbing (torchrun's command line, running programs, reading
 # their output): the tests taking the fixture `plumbing` run on both copies.
 PLUMBING = {"06": nb, "08": load_helpers("08")}
+
+# The calls notebook 06 teaches, each in a visible code cell of its core (checked by
+# tests/test_learner_first.py). Those whose effect a CPU cannot show (the NCCL backend, the GPU of
+# LOCAL_RANK for set_device, init_process_group and DDP's device_ids) are checked with stand-ins
+# below, in test_on_two_gpus_each_process_joins_over_nccl_on_the_gpu_of_its_local_rank.
+TAUGHT_CALLS = [
+    r"torch\.cuda\.set_device\(device\)",
+    r"dist\.init_process_group\(backend, timeout=timeout,\s*device_id=device",
+    r"DistributedDataParallel\(model, device_ids=device_ids\)",
+    r"DistributedSampler\(train_set, shuffle=True",
+    r"sampler\.set_epoch\(epoch\)",
+    r"dist\.all_reduce\(counts, op=dist\.ReduceOp\.SUM\)",
+    r"dist\.barrier\(\)",
+    r"dist\.destroy_process_group\(\)",
+    r"@record",
+    r'torch\.load\(CHECKPOINT, map_location="cpu", weights_only=True\)',
+]
 
 
 @pytest.fixture(params=sorted(PLUMBING))
@@ -43,9 +62,15 @@ def plumbing(request):
     return PLUMBING[request.param]
 
 
-SCRIPT_PARTS = [nb.SCRIPT_START, nb.SCRIPT_GROUP, nb.SCRIPT_MODEL, nb.SCRIPT_STEPS, nb.SCRIPT_SPEED,
-                nb.SCRIPT_MAIN]
-SCRIPT_TEXT = "".join(SCRIPT_PARTS)
+def write_the_script(folder):
+    """Run Step 3's cell that writes the script, into `folder`; returns the cell's namespace."""
+    namespace = {**vars(nb), "SCRIPT_PATH": Path(folder) / "06_train_ddp.py"}
+    run_cell("06", "cell-20", namespace)
+    return namespace
+
+
+with tempfile.TemporaryDirectory() as _folder:
+    SCRIPT_TEXT = write_the_script(_folder)["script_text"]  # the script as the notebook writes it
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
@@ -68,6 +93,35 @@ def test_the_script_is_valid_python_with_the_parts_of_a_ddp_script():
     assert "if rank == 0 and args.checkpoint" in main  # the checkpoint is saved once
     assert "dist.all_reduce(counts" in function_source("evaluate")  # the metric covers all processes
     assert "@record" in SCRIPT_TEXT.split("def main")[0].splitlines()[-1]
+    assert SCRIPT_TEXT.endswith('\n\n\nif __name__ == "__main__":\n    main()\n')
+
+
+# The cells that define the script's functions, and the function names each defines.
+SCRIPT_CELLS = {"cell-13": ["parse_args"],
+                "cell-14": ["choose_device", "start_process_group", "wrap_in_ddp", "leave_process_group"],
+                "cell-15": ["make_disc_data", "make_model"],
+                "cell-16": ["train_step", "evaluate", "checksum"],
+                "cell-17": ["measure_speed"], "cell-18": ["main"]}
+
+
+def test_the_script_holds_each_function_as_its_cell_defines_it_in_the_cells_order():
+    names = [node.name for node in ast.parse(SCRIPT_TEXT).body if isinstance(node, ast.FunctionDef)]
+    assert names == [name for defined in SCRIPT_CELLS.values() for name in defined]
+    for cell_id, defined in SCRIPT_CELLS.items():
+        for name in defined:
+            assert function_source(name) in cell_source("06", cell_id), f"{name} differs from its cell"
+    assert SCRIPT_TEXT.startswith(nb.SCRIPT_HEADER)  # the docstring and the imports come first
+
+
+def test_script_parts_joins_a_header_and_functions_with_two_blank_lines(tmp_path):
+    module = tmp_path / "defs.py"
+    module.write_text("def first():\n    return 1\n\n\ndef main():  # the entry point\n    pass\n")
+    namespace = {}
+    exec(compile(module.read_text(), str(module), "exec"), namespace)
+    parts = nb.script_parts('"""Doc."""\nimport os\n\n', [namespace["first"], namespace["main"]])
+    assert "".join(parts) == ('"""Doc."""\nimport os\n\n\ndef first():\n    return 1\n\n\n'
+                              'def main():  # the entry point\n    pass\n\n\n'
+                              'if __name__ == "__main__":\n    main()\n')
 
 
 def test_the_script_leaves_the_group_together_and_last():
@@ -87,33 +141,11 @@ def test_on_gloo_the_script_ends_the_process_right_after_closing_the_group():
     assert ast.unparse(ast.parse(leave).body[0].body[-1].test) == "gloo"
 
 
-@pytest.mark.gpu_branch("06", "SCRIPT_GROUP.leave_process_group: gloo")
-@pytest.mark.parametrize("backend, skip_barrier, calls", [
-    ("gloo", False, ["get_backend", "barrier", "destroy_process_group", "flush", "flush", "_exit(0)"]),
-    ("gloo", True, ["get_backend", "destroy_process_group", "flush", "flush", "_exit(0)"]),
-    ("nccl", False, ["get_backend", "barrier", "destroy_process_group"]),  # GPUs: Python's shutdown
-])
-def test_leave_process_group_exits_at_once_on_gloo_only(backend, skip_barrier, calls):
-    # Run the script's function with stand-ins shaped like torch.distributed, sys and os.
-    done = []
-
-    class Dist:
-        get_backend = staticmethod(lambda: done.append("get_backend") or backend)
-        barrier = staticmethod(lambda: done.append("barrier"))
-        destroy_process_group = staticmethod(lambda: done.append("destroy_process_group"))
-
-    stream = type("Stream", (), {"flush": lambda self: done.append("flush")})()
-    namespace = {"dist": Dist, "sys": type("Sys", (), {"stdout": stream, "stderr": stream}),
-                 "os": type("Os", (), {"_exit": staticmethod(lambda code: done.append(f"_exit({code})"))})}
-    exec(function_source("leave_process_group"), namespace)
-    namespace["leave_process_group"](skip_barrier)
-    assert done == calls
-
-
-# The script's GPU path, run with stand-ins (there is no GPU here). Each stand-in has the shape of
-# the real API: torch.cuda.device_count() returns an int, torch.cuda.set_device(device) and
+# Step 3's Part 2 cell, run with stand-ins shaped like the real API (there is no GPU here):
+# torch.cuda.device_count() returns an int, torch.cuda.set_device(device) and
 # dist.init_process_group(backend, ...) return None, DistributedDataParallel(module, device_ids=...)
-# is a module; every recorded call is also bound to the real function's signature.
+# is a module; every recorded call is also bound to the real function's signature. The cell only
+# defines functions; the tests then call them as torchrun's process `local_rank` would.
 
 
 class CudaStandIn:
@@ -131,54 +163,92 @@ class CudaStandIn:
 
 
 class DistStandIn:
-    """torch.distributed's init_process_group: records its arguments, returns None."""
+    """torch.distributed as the script's Part 2 uses it: records every call, in order."""
 
-    def __init__(self):
-        self.init_calls = []
+    def __init__(self, backend="gloo"):
+        self.calls, self.init_calls, self.backend = [], [], backend
 
     def init_process_group(self, *args, **kwargs):
-        inspect.signature(torch.distributed.init_process_group).bind(*args, **kwargs)
-        self.init_calls.append(inspect.signature(torch.distributed.init_process_group)
-                               .bind(*args, **kwargs).arguments)
+        arguments = inspect.signature(torch.distributed.init_process_group).bind(*args, **kwargs).arguments
+        self.init_calls.append(arguments)
+        self.calls.append("init_process_group")
+
+    def get_backend(self):
+        self.calls.append("get_backend")
+        return self.backend
+
+    def barrier(self):
+        self.calls.append("barrier")
+
+    def destroy_process_group(self):
+        self.calls.append("destroy_process_group")
 
 
-def start_group_with_stand_ins(gpu_count, local_rank, cpu_only, timeout_s=120):
-    """Run the script's start_process_group as torchrun's process `local_rank` would."""
-    cuda, dist = CudaStandIn(gpu_count), DistStandIn()
-    namespace = {"torch": types.SimpleNamespace(device=torch.device, cuda=cuda), "dist": dist,
-                 "os": types.SimpleNamespace(environ={"LOCAL_RANK": str(local_rank)}),
-                 "datetime": datetime}
-    exec(function_source("choose_device") + "\n" + function_source("start_process_group"), namespace)
-    device = namespace["start_process_group"](cpu_only, timeout_s)
-    return device, cuda, dist
+def part_2_with_stand_ins(gpu_count=0, local_rank=0, backend="gloo"):
+    """Run the visible cell of Part 2 with stand-ins for torch.cuda, torch.distributed, DDP, os and
+    sys; returns its namespace (the script's functions, bound to the stand-ins) and the records."""
+    made, done = [], []
+
+    def ddp_stand_in(module, *args, **kwargs):
+        inspect.signature(DistributedDataParallel).bind(module, *args, **kwargs)
+        made.append(kwargs)
+        return module
+
+    stream = types.SimpleNamespace(flush=lambda: done.append("flush"))
+    namespace = {"torch": types.SimpleNamespace(device=torch.device, cuda=CudaStandIn(gpu_count)),
+                 "dist": DistStandIn(backend), "DistributedDataParallel": ddp_stand_in,
+                 "os": types.SimpleNamespace(environ={"LOCAL_RANK": str(local_rank)},
+                                             _exit=lambda code: done.append(f"_exit({code})")),
+                 "sys": types.SimpleNamespace(stdout=stream, stderr=stream), "datetime": datetime}
+    assert run_cell("06", "cell-14", namespace) == ""  # it only defines the functions
+    return namespace, made, done
 
 
-@pytest.mark.gpu_branch("06", "SCRIPT_GROUP.start_process_group: device.type == 'cuda'")
-@pytest.mark.gpu_branch("06", "SCRIPT_GROUP.start_process_group: device.type == 'cuda' (2)")
+@pytest.mark.gpu_branch("06", "leave_process_group: gloo")
+@pytest.mark.parametrize("backend, skip_barrier, calls", [
+    ("gloo", False, ["get_backend", "barrier", "destroy_process_group", "flush", "flush", "_exit(0)"]),
+    ("gloo", True, ["get_backend", "destroy_process_group", "flush", "flush", "_exit(0)"]),
+    ("nccl", False, ["get_backend", "barrier", "destroy_process_group"]),  # GPUs: Python's shutdown
+])
+def test_leave_process_group_exits_at_once_on_gloo_only(backend, skip_barrier, calls):
+    namespace, _, done = part_2_with_stand_ins(backend=backend)
+    namespace["leave_process_group"](skip_barrier)
+    assert namespace["dist"].calls + done == calls
+
+
+@pytest.mark.gpu_branch("06", "start_process_group: device.type == 'cuda'")
+@pytest.mark.gpu_branch("06", "start_process_group: device.type == 'cuda' (2)")
+@pytest.mark.gpu_branch("06", "wrap_in_ddp: device.type == 'cuda'")
 @pytest.mark.parametrize("local_rank", [0, 1])
-def test_on_two_gpus_each_process_takes_the_gpu_of_its_local_rank_over_nccl(local_rank):
-    device, cuda, dist = start_group_with_stand_ins(2, local_rank, cpu_only=False, timeout_s=120)
-    assert device == torch.device("cuda", local_rank)
-    assert cuda.set_device_calls == [torch.device("cuda", local_rank)]
-    [call] = dist.init_calls
-    assert call["backend"] == "nccl" and call["device_id"] == torch.device("cuda", local_rank)
+def test_on_two_gpus_each_process_joins_over_nccl_on_the_gpu_of_its_local_rank(local_rank):
+    # What Step 3's prose says: GPU number LOCAL_RANK, NCCL, torch.cuda.set_device, DDP's device_ids.
+    namespace, made, _ = part_2_with_stand_ins(gpu_count=2, local_rank=local_rank)
+    device = namespace["start_process_group"](False, 120)
+    model = torch.nn.Linear(2, 2)
+    assert namespace["wrap_in_ddp"](model, device) is model
+    gpu = torch.device("cuda", local_rank)
+    assert device == gpu and namespace["torch"].cuda.set_device_calls == [gpu]
+    [call] = namespace["dist"].init_calls
+    assert call["backend"] == "nccl" and call["device_id"] == gpu
     assert call["timeout"] == datetime.timedelta(seconds=120)
+    assert made == [{"device_ids": [local_rank]}]  # DDP's docs: the one GPU of this process
 
 
 @pytest.mark.parametrize("gpu_count, cpu_only", [(0, False), (2, True)])
 def test_without_a_gpu_or_with_cpu_the_process_uses_the_cpu_over_gloo(gpu_count, cpu_only):
-    device, cuda, dist = start_group_with_stand_ins(gpu_count, 1, cpu_only)
-    assert device == torch.device("cpu") and cuda.set_device_calls == []
-    [call] = dist.init_calls
+    namespace, made, _ = part_2_with_stand_ins(gpu_count=gpu_count, local_rank=1)
+    device = namespace["start_process_group"](cpu_only, 120)
+    namespace["wrap_in_ddp"](torch.nn.Linear(2, 2), device)
+    assert device == torch.device("cpu") and namespace["torch"].cuda.set_device_calls == []
+    [call] = namespace["dist"].init_calls
     assert call["backend"] == "gloo" and call["device_id"] is None
+    assert made == [{"device_ids": None}]  # DDP's docs: None for a module on the CPU
 
 
-@pytest.mark.gpu_branch("06", "SCRIPT_GROUP.choose_device: cpu_only or gpu_count == 0")
-@pytest.mark.gpu_branch("06", "SCRIPT_GROUP.choose_device: local_rank >= gpu_count")
+@pytest.mark.gpu_branch("06", "choose_device: cpu_only or gpu_count == 0")
+@pytest.mark.gpu_branch("06", "choose_device: local_rank >= gpu_count")
 def test_choose_device_at_its_edges():
-    namespace = {"torch": torch}
-    exec(function_source("choose_device"), namespace)
-    choose = namespace["choose_device"]
+    choose = nb.choose_device
     assert choose(False, 1, 0) == (torch.device("cuda", 0), "nccl")  # one GPU, one process
     assert choose(False, 0, 0) == (torch.device("cpu"), "gloo")
     assert choose(True, 1, 0) == (torch.device("cpu"), "gloo")
@@ -187,36 +257,39 @@ def test_choose_device_at_its_edges():
         choose(False, 2, 2)  # one process more than GPUs: NCCL would refuse a shared GPU
 
 
-@pytest.mark.gpu_branch("06", "SCRIPT_GROUP.wrap_in_ddp: device.type == 'cuda'")
-@pytest.mark.parametrize("device, device_ids", [(torch.device("cuda", 1), [1]),
-                                                (torch.device("cpu"), None)])
-def test_wrap_in_ddp_names_the_process_gpu_and_none_on_the_cpu(device, device_ids):
-    made = []
+class RecordingPath:
+    """Shaped like pathlib.Path.write_text(data, encoding=None, errors=None, newline=None)."""
 
-    def ddp_stand_in(module, *args, **kwargs):
-        inspect.signature(DistributedDataParallel).bind(module, *args, **kwargs)
-        made.append(kwargs)
-        return module
+    def __init__(self):
+        self.calls = []
 
-    namespace = {"DistributedDataParallel": ddp_stand_in}
-    exec(function_source("wrap_in_ddp"), namespace)
-    model = torch.nn.Linear(2, 2)
-    assert namespace["wrap_in_ddp"](model, device) is model
-    assert made == [{"device_ids": device_ids}]  # DDP's docs: one GPU id, or None for a CPU module
+    def write_text(self, data, encoding=None, errors=None, newline=None):
+        self.calls.append({"data": data, "encoding": encoding})
+        return len(data)
 
 
-def test_write_script_writes_the_parts_in_order(tmp_path):
-    path = nb.write_script(tmp_path / "train.py", ["a = 1\n", "b = a + 1\n"])
-    assert path.read_text() == "a = 1\nb = a + 1\n"
+def test_write_script_writes_the_parts_in_order_in_utf_8(plumbing, tmp_path):
+    path = plumbing.write_script(tmp_path / "train.py", ["a = 1\n", 's = "x² + y² = 2/π"\n'])
+    assert path.read_bytes() == 'a = 1\ns = "x² + y² = 2/π"\n'.encode("utf-8")
+    # UTF-8 whatever the system's own encoding (Windows' is often cp1252, which lacks some letters)
+    recorder = RecordingPath()
+    assert plumbing.write_script(recorder, ["a", "b"]) is recorder
+    assert recorder.calls == [{"data": "ab", "encoding": "utf-8"}]
 
 
 def test_the_written_script_parses_its_options(tmp_path):
-    script = nb.write_script(tmp_path / "06_train_ddp.py", SCRIPT_PARTS)
+    script = nb.write_script(tmp_path / "06_train_ddp.py", [SCRIPT_TEXT])
     help_text = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
                                timeout=300, check=True).stdout
     for option in ("--epochs", "--depth", "--checkpoint", "--cpu", "--no-ddp", "--timing-steps",
                    "--skip-final-barrier", "--timeout-s"):
         assert option in help_text
+
+
+def test_step_3_writes_shows_and_reads_back_the_script_in_utf_8(tmp_path):
+    namespace = write_the_script(tmp_path)
+    on_disk = (tmp_path / "06_train_ddp.py").read_bytes().decode("utf-8")
+    assert namespace["script_text"] == on_disk and "x² + y² = 2/π" in on_disk
 
 
 # torchrun's command line
@@ -282,6 +355,7 @@ def test_launch_plan_says_what_runs_on_0_1_and_2_gpus_and_why():
     # One GPU (Colab's T4): the printout says what runs, that the GPU is idle, and why.
     assert "Colab's T4" in one and "2 processes on the CPU over gloo" in one
     assert "GPU stays idle" in one and "NCCL refuses two processes on one GPU" in one
+    assert "Kaggle's two GPUs (Settings > Accelerator > GPU T4 x2)" in one  # how to get two
     assert two.startswith("2 CUDA GPUs: one process per GPU") and "NCCL" in two
     assert "MPS" in nb.launch_plan(0, 8, "mps")["why"] and "MPS" not in none
     assert "MPS" not in nb.launch_plan(1, 8, "mps")["why"]  # a CUDA GPU comes first
@@ -414,15 +488,45 @@ def test_script_frame_takes_the_last_frame_in_the_script():
     assert nb.script_frame(traceback_text, "other_script.py") is None
 
 
-def test_key_error_lines_finds_each_exception_once(plumbing):
+def test_key_error_lines_finds_each_exception_once():
     lines = ["Traceback (most recent call last):", '  File "<string>", line 1, in <module>',
              "AttributeError: Can't get attribute 'train' on <module '__main__' (built-in)>",
              "AttributeError: Can't get attribute 'train' on <module '__main__' (built-in)>",
              "W1122 torch/multiprocessing/spawn.py:165] Terminating process 20201 via signal SIGTERM",
              "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with exit code 1"]
-    assert plumbing.key_error_lines(lines) == [
+    assert nb.key_error_lines(lines) == [
         "AttributeError: Can't get attribute 'train' on <module '__main__' (built-in)>",
         "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with exit code 1"]
+
+
+PLUMBING_TITLE = "#@title Plumbing: run programs with a time limit"
+
+
+def plumbing_names(number):
+    """(the functions notebook `number`'s copy of the shared plumbing cell defines, the ones the
+    notebook uses): named in another code cell, or by a plumbing function that is used."""
+    cells = code_cells(read(notebook_path(number)))
+    [index] = [i for i, source in enumerate(cells) if source.startswith(PLUMBING_TITLE)]
+    defined = {node.name: node for node in ast.parse(cells[index]).body
+               if isinstance(node, ast.FunctionDef)}
+
+    def names(tree):
+        return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} & set(defined)
+
+    used = set().union(*(names(ast.parse(source)) for i, source in enumerate(cells) if i != index))
+    todo = list(used)
+    while todo:
+        for name in names(defined[todo.pop()]) - used:
+            used.add(name)
+            todo.append(name)
+    return set(defined), used
+
+
+@pytest.mark.parametrize("number", ["06", "08"])
+def test_the_shared_plumbing_holds_exactly_what_each_notebook_uses(number):
+    defined, used = plumbing_names(number)
+    assert defined - used == set(), f"notebook {number} never uses these plumbing functions"
+    assert "write_script" in used and "key_error_lines" not in defined  # 06's alone: beside its caller
 
 
 def test_descendants_follow_the_whole_tree_only(plumbing):
@@ -467,7 +571,7 @@ def test_disc_weights_counts_the_weights_of_the_script_network():
 
 
 def test_a_deeper_disc_network_gets_the_same_prediction():
-    # Issue 16: computation (6 FLOPs per weight and sample) and gradients (4 bytes per weight) both
+    # Computation (6 FLOPs per weight and sample) and gradients (4 bytes per weight) both
     # grow with the weights, so depth 12 cannot get "closer to 2" than depth 10.
     depth10, depth12 = disc_prediction(10, 128), disc_prediction(12, 128)
     assert nb.disc_weights(12) > 15 * nb.disc_weights(10)  # 16 times the weights ...
@@ -681,7 +785,7 @@ def test_torchrun_stopped_at_the_time_limit_leaves_no_worker(tmp_path):
 
 
 def test_two_node_rendezvous_trains_one_model_and_leaves_no_process_or_port(tmp_path):
-    script = nb.write_script(tmp_path / "06_train_ddp.py", SCRIPT_PARTS)
+    script = nb.write_script(tmp_path / "06_train_ddp.py", [SCRIPT_TEXT])
     port = nb.free_port()
     commands = [nb.torchrun_command(script, 1, nnodes=2, endpoint=f"127.0.0.1:{port}", run_id="test",
                                     log_dir=tmp_path / f"node{node}",
@@ -699,10 +803,9 @@ def test_two_node_rendezvous_trains_one_model_and_leaves_no_process_or_port(tmp_
         server.listen()
 
 
-# The notebook as a learner meets it (issues 16 and 17)
+# The notebook as a learner meets it: the opening, the script in view, Step 2's pointer, the figures
 
 NOTEBOOK = read(notebook_path("06"))
-GLOSSARY = "../README.md#glossary"
 
 
 def markdown_cells():
@@ -710,43 +813,99 @@ def markdown_cells():
 
 
 def test_the_opening_says_steps_6_and_7_can_be_reading_only():
-    # Issue 17; the budget itself (2,000 words, 60 minutes): test_learner_first.py, for every notebook.
+    # The budget itself (words, printed prose, the estimate): test_learner_first.py and conftest.py.
     opening = " ".join(NOTEBOOK.cells[0].source.split())
     assert "Steps 6 and 7 can be reading only" in opening
 
 
-def test_the_opening_says_what_runs_on_exactly_one_gpu_and_why():
-    opening = " ".join(NOTEBOOK.cells[0].source.split())
-    assert "With exactly one GPU (Colab's T4)" in opening and "GPU stays idle" in opening
-    assert "refuses two processes on one GPU" in opening
+def test_the_opening_names_kaggles_two_t4s_and_says_what_runs_on_one_t4_and_why():
+    title = NOTEBOOK.cells[0].source
+    opening = " ".join(title.split())
+    assert ("on Kaggle, choose `Settings > Accelerator > GPU T4 x2`; Steps 4 to 6 then run one process "
+            "per T4") in opening
+    assert "On Colab's single T4" in opening and "the GPU stays idle" in opening
+    assert "DDP needs a GPU per process" in opening and "refuses two on one GPU" in opening
+    [row] = [line for line in title.splitlines() if line.startswith("| Needs a GPU")]
+    assert 'Kaggle\'s "GPU T4 x2" runs Steps 4 to 6 on two real GPUs' in row
 
 
-def test_the_core_links_its_distributed_terms_to_the_glossary_at_first_use():
-    core = re.sub(r"`[^`]*`", "", core_markdown(NOTEBOOK))  # code spans are not prose
-    readme = (REPO / "GLOSSARY.md").read_text(encoding="utf-8")
-    for term in ("backend", "all-reduce", "rank", "process group", "world size", "bandwidth",
-                 "Jupyter kernel", "GPU kernel", "TFLOP/s", "mixed precision"):
-        first = re.search(rf"(?<![\w-]){re.escape(term)}(?![\w-])", core, re.IGNORECASE)
-        assert first, f"{term!r} is not in the core"
-        after = core[first.end():]
-        assert after.startswith(f"]({GLOSSARY})"), f"the first {term!r} is not linked: {after[:40]!r}"
-    for entry in ("**all-reduce**", "**backend", "rank, world size**", "**bandwidth**"):
-        assert entry in readme  # the glossary has the entry the link points to
-
-
-def test_the_script_is_shown_whole_with_highlighting_and_its_ddp_parts_unfolded():
-    cells = [cell for cell in NOTEBOOK.cells if cell.cell_type == "code"]
-    writer = next(cell for cell in cells if "write_script(SCRIPT_PATH" in cell.source)
+def test_the_script_is_taught_in_view_part_by_part_and_shown_whole_before_it_runs():
+    cells = NOTEBOOK.cells
+    where = {cell.get("id"): index for index, cell in enumerate(cells)}
+    for cell_id, functions in SCRIPT_CELLS.items():
+        cell = cells[where[cell_id]]
+        assert is_folded(cell) == (cell_id in ("cell-13", "cell-15", "cell-17")), cell_id
+        if not is_folded(cell):  # DDP's parts: real code, right after the prose that teaches them
+            assert all(isinstance(node, ast.FunctionDef) for node in ast.parse(cell.source).body)
+            before = cells[where[cell_id] - 1]
+            assert before.cell_type == "markdown" and any(f"`{f}`" in before.source for f in functions)
+    for cell in core_cells(NOTEBOOK):  # no visible cell holds a part of the script as a string
+        if cell.cell_type == "code" and not is_folded(cell):
+            for node in ast.walk(ast.parse(cell.source)):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and "\ndef " in node.value:
+                    raise AssertionError(f"{cell.get('id')} shows a script as a string")
+    writer = cells[where["cell-20"]]
     last = ast.parse(writer.source).body[-1]
-    assert ast.unparse(last) == "Code(script_text, language='python')"  # shown, highlighted
+    assert ast.unparse(last) == "Code(script_text, language='python')"  # shown whole, highlighted
     assert 'script_text = script_path.read_text(encoding="utf-8")' in writer.source  # from disk
-    parts = {name: next(cell for cell in cells if re.search(rf"^{name} = ", cell.source, re.M))
-             for name in ("SCRIPT_START", "SCRIPT_GROUP", "SCRIPT_MODEL", "SCRIPT_STEPS",
-                          "SCRIPT_SPEED", "SCRIPT_MAIN")}
-    folded = {name for name, cell in parts.items() if cell.source.startswith("#@title")}
-    assert folded == {"SCRIPT_START", "SCRIPT_MODEL", "SCRIPT_SPEED"}  # DDP's parts stay in view
-    launch = next(i for i, cell in enumerate(cells) if "ddp_run = run_launchers" in cell.source)
-    assert cells.index(writer) < launch
+    first_run = next(i for i, cell in enumerate(cells) if "ddp_run = run_launchers" in cell.source)
+    assert where["cell-20"] < first_run
+
+
+def test_mp_spawn_fails_in_going_deeper_and_two_sentences_of_the_core_point_there():
+    where = {cell.get("id"): index for index, cell in enumerate(NOTEBOOK.cells)}
+    demo = NOTEBOOK.cells[where["cell-10"]]
+    assert where["cell-10"] > len(core_cells(NOTEBOOK)) and is_folded(demo)
+    assert "mp.spawn(train, nprocs=2)" in demo.source and "def key_error_lines" in demo.source
+    [step_2] = [cell.source for cell in core_cells(NOTEBOOK) if cell.source.startswith("## Step 2 ")]
+    body = " ".join(step_2.split("\n", 1)[1].split())
+    assert len(re.findall(r"[.!?](?:\s|$)", body)) == 2 and "(Going deeper shows the error)" in body
+
+
+def reported_figures(plan, speed, two_node_checksums=("a", "a")):
+    """Run the cell that reports the notebook's figures with a stand-in report_figures; returns
+    what the cell printed and [(fallback, figures)] of its calls."""
+    calls = []
+    namespace = {**vars(nb), "pd": pd, "plan": plan, "speed": speed, "POINTS": 8192,
+                 "ddp_results": [{"rank": 0, "checksum": "a"}, {"rank": 1, "checksum": "a"}],
+                 "two_node_results": [{"rank": rank, "checksum": checksum}
+                                      for rank, checksum in enumerate(two_node_checksums)],
+                 "report_figures": lambda fallback=None, **figures: calls.append((fallback, figures))}
+    return run_cell("06", "cell-40a", namespace), calls
+
+
+@pytest.mark.gpu_branch("06", "cell cell-40a: plan['backend'] == 'nccl'")
+@pytest.mark.parametrize("gpus, fallback", [(2, None), (1, "CPU processes over gloo"),
+                                            (0, "CPU processes over gloo")])
+def test_the_figures_are_reported_with_a_fallback_unless_two_gpus_ran_them(gpus, fallback):
+    plan = nb.launch_plan(gpus, 8)
+    speed = speed_table(speed_run(1, 2, 1000.0, 10, 10, 0), speed_run(2, 1, 1600.0, 12.5, 8, 3))
+    printed, calls = reported_figures(plan, speed, two_node_checksums=("a", "b"))
+    assert printed == "" and calls == [(fallback, {
+        "backend": plan["backend"], "world_size": plan["nproc"], "samples_per_s_1_process": 1000.0,
+        "samples_per_s_ddp": 1600.0, "seconds_per_epoch_1_process": 8.192,
+        "seconds_per_epoch_ddp": 5.12, "speedup": 1.6, "allreduce_ms": 3.0,
+        "ddp_weights_identical": True, "two_nodes_identical": False})]
+
+
+def test_the_figures_of_runs_that_reported_no_speed_are_none_not_nan():
+    speed = speed_table({"output": []}, {"output": []})
+    _, [(fallback, figures)] = reported_figures(nb.launch_plan(0, 2), speed)
+    assert fallback == "CPU processes over gloo" and figures["two_nodes_identical"] is True
+    for key in ("samples_per_s_1_process", "samples_per_s_ddp", "seconds_per_epoch_ddp", "speedup",
+                "allreduce_ms"):
+        assert figures[key] is None, key
+    json.dumps(figures, allow_nan=False)  # what report_figures hands on is plain JSON
+
+
+def test_the_figures_are_reported_once_near_the_end_of_the_core():
+    calls = [cell for cell in core_cells(NOTEBOOK) if cell.cell_type == "code"
+             and re.search(r"^reported = report_figures\(", cell.source, re.M)]
+    assert [cell.get("id") for cell in calls] == ["cell-40a"]
+    last = ast.parse(calls[0].source).body[-1]  # an expression there would show the record as text
+    assert isinstance(last, ast.Assign) and ast.unparse(last.value).startswith("report_figures(")
+    assert sum("report_figures(" in source for source in code_cells(NOTEBOOK)
+               if not source.startswith("#@title Shared setup")) == 1
 
 
 def test_step_7_gives_fastais_script_form_and_notebook_form_where_they_belong():
@@ -801,7 +960,7 @@ def test_the_pictures_draw_with_titles_and_labels():
     plt.close(figure)
 
 
-# --- Issue 21: the side a Windows machine and a GPU machine take, run with stand-ins ------------------
+# --- The side a Windows machine and a GPU machine take, run with stand-ins -----------------------------
 
 def is_alive_elsewhere(helpers, monkeypatch, tmp_path, os_name):
     """helpers.is_alive as on a system without /proc and without psutil (Windows, or a bare macOS),
@@ -847,7 +1006,7 @@ def timed_result_line(rank, world_size, device, samples_per_s, threads):
 
 
 def stand_in_launches(outputs):
-    """run_launchers that records each launch (its commands and OMP_NUM_THREADS) and returns what
+    """run_launchers that records each run (its commands and OMP_NUM_THREADS) and returns what
     the real one returns, with the next lines of `outputs` as the programs' output."""
     launched = []
 
@@ -885,7 +1044,7 @@ def test_step_5_solo_run_gets_a_gpus_share_of_the_cores_on_nccl_and_all_of_them_
     assert reading in printed
 
 
-# --- Issue 21: the process plumbing notebooks 06 and 08 both carry, each copy at both sides --------
+# --- The process plumbing notebooks 06 and 08 both carry, each copy at both sides ------------------
 # Notebook 08 repeats 06's plumbing (it must run alone on Colab): proc_dir, read_parent_map,
 # descendants, is_alive and stop_processes are the same code, and its run_launchers decides the same
 # way inline. These tests run both copies (08's own tests do not repeat them). The stand-ins are
@@ -1158,9 +1317,9 @@ def test_run_launchers_echoes_lines_with_the_node_only_for_several(plumbing, mon
     assert sorted(run["output"]) == [(tag, line) for tag, output in enumerate(lines) for line in output]
 
 
-# --- A launch that fails on the learner's machine: verdicts, and Run All goes on ------------------------
+# --- A run that fails on the learner's machine: verdicts, and Run All goes on ---------------------------
 
-def test_launches_that_reported_nothing_print_their_verdicts_and_run_all_goes_on(tmp_path):
+def test_runs_that_reported_nothing_print_their_verdicts_and_run_all_goes_on(tmp_path):
     namespace = {**vars(nb), "pd": pd, "ddp_run": {"output": []}, "two_node_run": {"output": []},
                  "CHECKPOINT": tmp_path / "06_disc_ddp.pt"}
     assert run_cell("06", "cell-25", namespace).startswith("With DDP: no process reported a result.")

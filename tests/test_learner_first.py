@@ -188,7 +188,6 @@ def test_the_core_links_its_terms_to_words_readmes_glossary_explains(path):
 # A glossary word whose first use in a core means something else there: (notebook, term): why.
 OTHER_MEANING = {
     ("01", "backend"): "PyTorch's device backends (CUDA, MPS), not a process group's backend",
-    ("06", "launch"): "a launch of torchrun (starting processes), not of a GPU kernel",
     ("08", "launch"): "notebook 06's launches of torchrun, not of a GPU kernel",
 }
 ACRONYMS = {"cuda": "CUDA", "mps": "MPS", "rocm": "ROCm"}  # matched in their own case only
@@ -245,7 +244,7 @@ def test_a_first_use_counts_only_in_prose_and_only_when_it_is_the_link():
     # acronyms only in their own case; a first use that means something else is listed as such
     assert unlinked_first_uses(notebook("a cuda-free CPU, Cuda"), "02", terms) == []
     assert [t for t, _ in unlinked_first_uses(notebook("CUDA"), "02", terms)] == ["cuda"]
-    assert unlinked_first_uses(notebook("how long a launch may take"), "06", terms) == []
+    assert unlinked_first_uses(notebook("the MPS backend"), "01", {"backend"}) == []  # OTHER_MEANING
     assert [t for t, _ in unlinked_first_uses(notebook("a launch"), "07", terms)] == ["launch"]
     # a use after the Summary heading is not in the core
     assert unlinked_first_uses(notebook("Intro.", "## Summary\n\nA tensor."), "02", terms) == []
@@ -338,7 +337,7 @@ ONE_MEANING = [
      lambda sentence, use: False, None),
 ]
 # Notebooks still being reworded (issue 30); each leaves the set when its prose passes. It ends empty.
-NOT_YET_ONE_MEANING = {"03", "04", "05", "06", "08"}
+NOT_YET_ONE_MEANING = {"03", "04", "05", "08"}
 
 
 def retired_uses(notebook, number):
@@ -388,7 +387,7 @@ def taught_calls_of(test_file):
 
 
 # Notebooks whose test file does not list its taught calls yet (issue 30); the set ends empty.
-NOT_YET_TAUGHT_CALLS = {"03", "04", "05", "06", "08"}
+NOT_YET_TAUGHT_CALLS = {"03", "04", "05", "08"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
