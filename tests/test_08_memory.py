@@ -1166,3 +1166,13 @@ def test_step_5_reports_the_figures_it_measured_once(device_type, backend, peak)
                        "step2_fit_with": "+ checkpointing", "step2_fit_peak_MB": 1300.0,
                        "fsdp_saved_MB": 8.0}
     assert list(namespace["summary"].index) == ["activation checkpointing", "FSDP2, 2 processes"]
+
+
+def test_key_figures_when_no_try_fit_and_without_fsdp():
+    counts = {"weights": 1e6, "gradients": 1e6, "optimizer_state": 2e6, "activations": 5e5}
+    attempts = {"baseline (float32)": attempt(False), "+ checkpointing": attempt(False)}
+    figures = nb.key_figures(counts, None, attempts, 3e6, 4, None)
+    assert figures["step2_fit_with"] is None and figures["step2_fit_peak_MB"] is None
+    assert figures["step2_out_of_memory"] == ["baseline (float32)", "+ checkpointing"]
+    assert figures["fsdp_saved_MB"] is None and figures["allocator_peak_MB"] is None
+    assert figures["activations_MB"] == 0.5 and figures["step2_limit_MB"] == 3.0
