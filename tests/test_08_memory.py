@@ -237,7 +237,7 @@ def reachable_tensor_bytes(values, seen=None):
 
 @pytest.mark.gpu_branch("08", "allocator_peak_bytes: device.type != 'cuda'")
 def test_when_the_peak_is_measured_only_what_the_count_sees_is_on_the_device(monkeypatch):
-    # Steps 1's cells run for real (the count cell, the batch-size cell), then the peak cell on a
+    # Step 1's cells run for real (the count cell, the batch-size cell), then the peak cell on a
     # stand-in CUDA allocator: at reset_peak_memory_stats it holds every tensor the notebook's
     # variables keep alive; during the training step it adds that step's activations. Earlier cells'
     # optimizers (SGD's momentum, a second Adam) left on the device made the peak "Much more than
