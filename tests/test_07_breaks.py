@@ -45,6 +45,7 @@ import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import DataLoader
 
 from notebook_code import (SHARED_CELL_FIRST_LINE, code_cells, core_cells, helper_file, load_helpers,
@@ -944,12 +945,33 @@ def test_deterministic_algorithms_raise_inside_and_restore_after():
         torch.use_deterministic_algorithms(before)
 
 
+class OperationsSeen(TorchDispatchMode):
+    """Records the ATen operation of every call PyTorch dispatches inside its `with` block, the
+    backward pass's too (on the CPU autograd runs them in the calling thread)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.add(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
 def test_the_cnn_of_step_5_ends_with_adaptive_avg_pool_and_repeats_with_strict_deterministic_algorithms(
         pictures):
     inputs, labels = pictures[0][:128] / 255, pictures[1][:128]
-    weights = nb.seeded_run(inputs, labels, 0, 4)
+    with OperationsSeen() as operations:
+        weights = nb.seeded_run(inputs, labels, 0, 4)
     assert weights["1.weight"].shape == (8, 1, 3, 3), "a convolution first"
-    assert weights["6.weight"].shape == (3, 8), "AdaptiveAvgPool2d(1) leaves one number per channel"
+    assert weights["6.weight"].shape == (3, 8 * 2 * 2), "AdaptiveAvgPool2d(2): 2 x 2 per channel"
+    # The operation whose CUDA kernel, adaptive_avg_pool2d_backward_cuda, has no deterministic version
+    # and warns on a T4. AdaptiveAvgPool2d(1), as in ResNet, is computed as a mean (aten's
+    # adaptive_avg_pool2d, for an output of 1 x 1) and would warn about nothing there.
+    assert "aten._adaptive_avg_pool2d_backward" in operations.seen
+    with OperationsSeen() as resnet_pool:
+        nn.AdaptiveAvgPool2d(1)(torch.ones(2, 8, 8, 8, requires_grad=True)).sum().backward()
+    assert "aten._adaptive_avg_pool2d_backward" not in resnet_pool.seen and "aten.mean" in resnet_pool.seen
     with warnings.catch_warnings(record=True) as caught, nb.deterministic_algorithms():
         warnings.simplefilter("always")
         again = [nb.seeded_run(inputs, labels, 0, 4) for _ in range(2)]  # raises where none exists
