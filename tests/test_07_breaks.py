@@ -518,6 +518,13 @@ def test_a_learning_rate_too_high_is_caught_by_the_alarm_before_the_loss_breaks(
     alarm = nb.grad_norm_alarm([row["grad_norm"] for row in too_high])
     first_bad = next(row["step"] for row in too_high if not math.isfinite(row["loss"]))
     assert alarm is not None and alarm + 20 < first_bad < 80
+    # As the prose says: both grow geometrically, the loss (a square) twice as steeply on a log scale
+    growth = {key: [later[key] / earlier[key] for earlier, later in zip(too_high[20:40], too_high[21:41])]
+              for key in ("loss", "grad_norm")}
+    assert all(norm > 1.5 for norm in growth["grad_norm"])
+    assert all(loss == pytest.approx(norm**2, rel=0.02) for loss, norm in zip(*growth.values()))
+    said = " ".join(cell_text("cell-29").split())
+    assert "the loss (a square) twice as steeply" in said and "same factor" not in said
     for settings in (dict(lr=0.1), dict(lr=1.2, max_norm=1.0)):
         rows = nb.train(nb.new_linear(), features, targets, steps=80, loss_fn=F.mse_loss, **settings)
         assert all(math.isfinite(row["loss"]) for row in rows)
