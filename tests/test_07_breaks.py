@@ -45,6 +45,7 @@ import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import DataLoader
 
 from notebook_code import (SHARED_CELL_FIRST_LINE, code_cells, core_cells, helper_file, load_helpers,
@@ -517,6 +518,13 @@ def test_a_learning_rate_too_high_is_caught_by_the_alarm_before_the_loss_breaks(
     alarm = nb.grad_norm_alarm([row["grad_norm"] for row in too_high])
     first_bad = next(row["step"] for row in too_high if not math.isfinite(row["loss"]))
     assert alarm is not None and alarm + 20 < first_bad < 80
+    # As the prose says: both grow geometrically, the loss (a square) twice as steeply on a log scale
+    growth = {key: [later[key] / earlier[key] for earlier, later in zip(too_high[20:40], too_high[21:41])]
+              for key in ("loss", "grad_norm")}
+    assert all(norm > 1.5 for norm in growth["grad_norm"])
+    assert all(loss == pytest.approx(norm**2, rel=0.02) for loss, norm in zip(*growth.values()))
+    said = " ".join(cell_text("cell-29").split())
+    assert "the loss (a square) twice as steeply" in said and "same factor" not in said
     for settings in (dict(lr=0.1), dict(lr=1.2, max_norm=1.0)):
         rows = nb.train(nb.new_linear(), features, targets, steps=80, loss_fn=F.mse_loss, **settings)
         assert all(math.isfinite(row["loss"]) for row in rows)
@@ -944,12 +952,33 @@ def test_deterministic_algorithms_raise_inside_and_restore_after():
         torch.use_deterministic_algorithms(before)
 
 
+class OperationsSeen(TorchDispatchMode):
+    """Records the ATen operation of every call PyTorch dispatches inside its `with` block, the
+    backward pass's too (on the CPU autograd runs them in the calling thread)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.add(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
 def test_the_cnn_of_step_5_ends_with_adaptive_avg_pool_and_repeats_with_strict_deterministic_algorithms(
         pictures):
     inputs, labels = pictures[0][:128] / 255, pictures[1][:128]
-    weights = nb.seeded_run(inputs, labels, 0, 4)
+    with OperationsSeen() as operations:
+        weights = nb.seeded_run(inputs, labels, 0, 4)
     assert weights["1.weight"].shape == (8, 1, 3, 3), "a convolution first"
-    assert weights["6.weight"].shape == (3, 8), "AdaptiveAvgPool2d(1) leaves one number per channel"
+    assert weights["6.weight"].shape == (3, 8 * 2 * 2), "AdaptiveAvgPool2d(2): 2 x 2 per channel"
+    # The operation whose CUDA kernel, adaptive_avg_pool2d_backward_cuda, has no deterministic version
+    # and warns on a T4. AdaptiveAvgPool2d(1), as in ResNet, is computed as a mean (aten's
+    # adaptive_avg_pool2d, for an output of 1 x 1) and would warn about nothing there.
+    assert "aten._adaptive_avg_pool2d_backward" in operations.seen
+    with OperationsSeen() as resnet_pool:
+        nn.AdaptiveAvgPool2d(1)(torch.ones(2, 8, 8, 8, requires_grad=True)).sum().backward()
+    assert "aten._adaptive_avg_pool2d_backward" not in resnet_pool.seen and "aten.mean" in resnet_pool.seen
     with warnings.catch_warnings(record=True) as caught, nb.deterministic_algorithms():
         warnings.simplefilter("always")
         again = [nb.seeded_run(inputs, labels, 0, 4) for _ in range(2)]  # raises where none exists
