@@ -608,6 +608,33 @@ def test_without_a_gpu_the_same_cells_use_the_named_meta_stand_in(nb):
     assert printed.startswith("RuntimeError: ") and "meta" in printed and "cpu" in printed
 
 
+# What `mps` (a Mac's GPU) says to float64, which it does not have (aten/src/ATen/mps: "MPS framework").
+MPS_FLOAT64_ERROR = ("Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64. "
+                     "Please use float32 instead.")
+
+
+def test_step_3s_dtype_change_runs_on_a_mac_whose_gpu_has_no_float64(nb, monkeypatch):
+    """On a Mac, `elsewhere` is `mps`, which refuses float64: the cell's dtype change must be one every device
+    has. `meta` plays the Mac's GPU here, with Tensor.to refusing float64 there as `mps` does."""
+    real_to = torch.Tensor.to
+
+    def to_as_on_a_mac(self, *args, **kwargs):
+        moved = real_to(self, *args, **kwargs)
+        if moved.device.type == "meta" and moved.dtype == torch.float64:
+            raise TypeError(MPS_FLOAT64_ERROR)
+        return moved
+
+    monkeypatch.setattr(torch.Tensor, "to", to_as_on_a_mac)
+    on_the_mac = torch.device("meta")
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 1)).to(on_the_mac)
+    namespace = {**vars(nb), "device": on_the_mac, "elsewhere": on_the_mac, "model": model}
+    printed = run_cell("02", "cell-21", namespace).splitlines()
+    assert printed[0].endswith("shape (4, 10), torch.float32, on cpu")  # the bug: nothing changed
+    assert printed[1].endswith("shape (4, 10), torch.float16, on meta")
+    assert printed[2].endswith("torch.float16")
+    assert next(namespace["model"].parameters()).dtype == torch.float32  # back to the usual dtype
+
+
 def test_the_core_mixes_devices_through_not_the_cpu_only():
     """No cell of the core names `meta` itself: on a GPU every mismatch is the real one."""
     notebook = read(notebook_path("02"))
