@@ -504,6 +504,7 @@ def test_feeding_story_prints_short_lines_that_read_the_table(nb):
 @pytest.mark.gpu_branch("02", "copy_verdict: device.type == 'cpu'")
 @pytest.mark.parametrize("moved_ms, verdict", [
     (48.0, "on cuda, the copies cost a clear share of the time."),  # 1.20: the boundary itself
+    (47.85, "on cuda, the copies cost a clear share of the time."),  # 1.196, printed 1.20: read as printed
     (120.0, "on cuda, the copies cost a clear share of the time."),
     (47.6, "no clear cost of the copies on cuda at this size (within 20%)."),  # 1.19
     (40.0, "no clear cost of the copies on cuda at this size (within 20%)."),  # 1.00
@@ -516,6 +517,8 @@ def test_the_line_about_copies_follows_the_measured_ratio_on_a_gpu(nb, moved_ms,
     lines = nb.feeding_story(runs, torch.device("cuda")).splitlines()
     assert lines[2] == f"Moved per batch / data on device: {moved_ms / 40:.2f}x; {verdict}"
     assert "nothing is copied" not in " ".join(lines)
+    on_a_mac = nb.feeding_story(runs, torch.device("mps")).splitlines()[2]  # copies to mps are real too
+    assert on_a_mac == lines[2].replace("on cuda", "on mps")
     on_cpu = nb.feeding_story(runs, torch.device("cpu")).splitlines()[2]
     assert on_cpu.endswith("device is the CPU: nothing is copied, so that gap is noise.")
     assert nb.COPY_COST_RATIO == 1.2
@@ -1053,6 +1056,7 @@ def test_step_4_charts_the_time_per_epoch_not_the_loss():
 @pytest.mark.parametrize("elsewhere, pinned, fallback", [
     (torch.device("meta"), False, "the meta device stood in for a GPU's errors"),
     (torch.device("cuda", 0), True, None),
+    (torch.device("mps"), False, None),  # a Mac's real errors: nothing stood in
 ])
 def test_the_core_reports_the_figures_it_measured_once(nb, elsewhere, pinned, fallback):
     """Issue 32: one report_figures call near the end of the core, with Step 1's and Step 4's timings;
