@@ -674,9 +674,10 @@ def test_a_newer_minor_version_than_the_drivers_is_fine_and_the_line_says_why(cu
     report = {**smi(driver="550.54.15", cuda=newest), "report": NEW_HEADER}
     lines = nb.smi_summary(report, cuda_build).splitlines()
     text = " ".join(" ".join(lines).split())
-    assert (f"Driver 550.54.15 runs CUDA up to {newest}; this PyTorch wheel is a CUDA {cuda_build} build: "
-            f"the driver is new enough, although {cuda_build} is newer than {newest}: "
-            f"{COMPATIBLE_MINOR} (NVIDIA's minor version compatibility, "
+    assert (f"Driver 550.54.15 fully supports CUDA up to {newest}; this PyTorch wheel is a CUDA {cuda_build} "
+            f"build: the driver is new enough, although {cuda_build} is newer than {newest}: "
+            f"{COMPATIBLE_MINOR}, without the few features that need a newer driver (NVIDIA's minor version "
+            "compatibility, "
             "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html).") in text
     assert "too old" not in text and all(len(line) <= 100 for line in lines)
     assert nb.driver_too_old(facts(cuda_build=cuda_build, nvidia_smi=smi(driver="550.54.15"))) is None
@@ -738,7 +739,7 @@ def test_an_r384_driver_without_a_cuda_field_is_still_called_too_old_and_nothing
               "gpus": nb.parse_smi_query(f"0, {T4_UUID}, Tesla K80, 11439 MiB\n")}
     result = only(nb.diagnose(facts(nvidia_smi=report)))
     assert result["title"] == "The NVIDIA driver (R384) is too old for this CUDA 13.0 wheel"
-    assert "newest CUDA it runs: None" in result["why"]
+    assert "newest CUDA it fully supports: None" in result["why"]
     assert "no PyTorch 2.6 or newer runs" in result["fix"]
 
 
@@ -847,6 +848,24 @@ def test_gpu_details_on_an_nvidia_t4(monkeypatch):
     monkeypatch.setattr(torch.version, "hip", None)
     assert nb.gpu_details() == [{"index": 0, "name": "Tesla T4", "capability": "7.5", "arch": "sm_75",
                                  "memory_GiB": 14.7}]
+
+
+def prose_of(cell_id):
+    """The markdown of one cell of notebook 01, on one line."""
+    return " ".join(next(cell.source for cell in NOTEBOOK.cells if cell.get("id") == cell_id).split())
+
+
+def test_the_prose_beside_steps_1_and_3_says_what_a_colab_t4_and_a_kaggle_t4_x2_show():
+    """Kaggle's T4 x2 shows two rows and '2 GPU(s)'; the memory column reads 14.7 GiB, not the box's 16 GB."""
+    t4, second_t4 = gpu(memory=14.7), {**gpu(memory=14.7), "index": 1}
+    colab = only(nb.diagnose(facts(cuda_available=True, gpu_count=1, nvidia_smi=smi(), gpus=[t4])))
+    kaggle = only(nb.diagnose(facts(cuda_available=True, gpu_count=2, gpus=[t4, second_t4],
+                                    nvidia_smi=smi(gpus=("Tesla T4", "Tesla T4")))))
+    step_3 = prose_of("cell-12")
+    assert f"on a Colab T4, `[OK] {colab['title']}`" in step_3
+    assert f"(on Kaggle's T4 x2, `{kaggle['title'].split('uses ')[1]}`)" in step_3
+    step_1 = prose_of("cell-08b")
+    assert "one row (two on Kaggle's T4 x2)" in step_1 and f"about {t4['memory_GiB']} GiB" in step_1
 
 
 @pytest.mark.gpu_branch("01", "gpu_details: torch.version.hip")
@@ -1263,6 +1282,9 @@ class TorchMakingMetaTensors:
         self.devices.append(torch.device(device))
         return torch.empty(*size, device="meta")
 
+    def get_num_threads(self):
+        return 4  # a laptop's threads; the tests themselves run PyTorch on one
+
 
 @pytest.mark.parametrize("device", [torch.device("cuda"), torch.device("mps")])
 def test_step_5_times_the_gpu_on_a_clock_that_synchronizes_that_gpu(monkeypatch, device):
@@ -1278,7 +1300,7 @@ def test_step_5_times_the_gpu_on_a_clock_that_synchronizes_that_gpu(monkeypatch,
     assert waited == [device, device]  # each reading of the clock waits for that device first
     [timer] = RecordingTimer.made
     assert timer["stmt"] == "a @ b" and set(timer["globals"]) == {"a", "b"}
-    assert timer["num_threads"] == torch.get_num_threads()
+    assert timer["num_threads"] == 4  # all of the CPU's threads, not Timer's default of one
     assert gflops == pytest.approx(2 * 1024**3 / 0.5 / 1e9)
 
 

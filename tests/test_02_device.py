@@ -504,6 +504,7 @@ def test_feeding_story_prints_short_lines_that_read_the_table(nb):
 @pytest.mark.gpu_branch("02", "copy_verdict: device.type == 'cpu'")
 @pytest.mark.parametrize("moved_ms, verdict", [
     (48.0, "on cuda, the copies cost a clear share of the time."),  # 1.20: the boundary itself
+    (47.85, "on cuda, the copies cost a clear share of the time."),  # 1.196, printed 1.20: read as printed
     (120.0, "on cuda, the copies cost a clear share of the time."),
     (47.6, "no clear cost of the copies on cuda at this size (within 20%)."),  # 1.19
     (40.0, "no clear cost of the copies on cuda at this size (within 20%)."),  # 1.00
@@ -516,6 +517,8 @@ def test_the_line_about_copies_follows_the_measured_ratio_on_a_gpu(nb, moved_ms,
     lines = nb.feeding_story(runs, torch.device("cuda")).splitlines()
     assert lines[2] == f"Moved per batch / data on device: {moved_ms / 40:.2f}x; {verdict}"
     assert "nothing is copied" not in " ".join(lines)
+    on_a_mac = nb.feeding_story(runs, torch.device("mps")).splitlines()[2]  # copies to mps are real too
+    assert on_a_mac == lines[2].replace("on cuda", "on mps")
     on_cpu = nb.feeding_story(runs, torch.device("cpu")).splitlines()[2]
     assert on_cpu.endswith("device is the CPU: nothing is copied, so that gap is noise.")
     assert nb.COPY_COST_RATIO == 1.2
@@ -606,6 +609,33 @@ def test_without_a_gpu_the_same_cells_use_the_named_meta_stand_in(nb):
     assert "can't convert meta device type tensor to numpy" in printed
     printed = run_cell("02", "cell-17", namespace)
     assert printed.startswith("RuntimeError: ") and "meta" in printed and "cpu" in printed
+
+
+# What `mps` (a Mac's GPU) says to float64, which it does not have (aten/src/ATen/mps: "MPS framework").
+MPS_FLOAT64_ERROR = ("Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64. "
+                     "Please use float32 instead.")
+
+
+def test_step_3s_dtype_change_runs_on_a_mac_whose_gpu_has_no_float64(nb, monkeypatch):
+    """On a Mac, `elsewhere` is `mps`, which refuses float64: the cell's dtype change must be one every device
+    has. `meta` plays the Mac's GPU here, with Tensor.to refusing float64 there as `mps` does."""
+    real_to = torch.Tensor.to
+
+    def to_as_on_a_mac(self, *args, **kwargs):
+        moved = real_to(self, *args, **kwargs)
+        if moved.device.type == "meta" and moved.dtype == torch.float64:
+            raise TypeError(MPS_FLOAT64_ERROR)
+        return moved
+
+    monkeypatch.setattr(torch.Tensor, "to", to_as_on_a_mac)
+    on_the_mac = torch.device("meta")
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 1)).to(on_the_mac)
+    namespace = {**vars(nb), "device": on_the_mac, "elsewhere": on_the_mac, "model": model}
+    printed = run_cell("02", "cell-21", namespace).splitlines()
+    assert printed[0].endswith("shape (4, 10), torch.float32, on cpu")  # the bug: nothing changed
+    assert printed[1].endswith("shape (4, 10), torch.float16, on meta")
+    assert printed[2].endswith("torch.float16")
+    assert next(namespace["model"].parameters()).dtype == torch.float32  # back to the usual dtype
 
 
 def test_the_core_mixes_devices_through_not_the_cpu_only():
@@ -1026,6 +1056,7 @@ def test_step_4_charts_the_time_per_epoch_not_the_loss():
 @pytest.mark.parametrize("elsewhere, pinned, fallback", [
     (torch.device("meta"), False, "the meta device stood in for a GPU's errors"),
     (torch.device("cuda", 0), True, None),
+    (torch.device("mps"), False, None),  # a Mac's real errors: nothing stood in
 ])
 def test_the_core_reports_the_figures_it_measured_once(nb, elsewhere, pinned, fallback):
     """Issue 32: one report_figures call near the end of the core, with Step 1's and Step 4's timings;
