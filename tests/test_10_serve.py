@@ -77,6 +77,18 @@ def test_interleaved_rounds_rotate_the_order_and_spread_is_relative_to_the_media
     assert nb.spread_pct([1.0, 2.0, 3.0]) == 100.0
 
 
+def test_the_inference_tensor_cell_keeps_every_tensor_on_the_device(nb):
+    # PyTorch's "meta" device stands in for a GPU: like a CUDA tensor, a meta tensor cannot meet a CPU
+    # tensor in one operation, so a tensor the cell made on the CPU fails here as it would on a T4.
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 10)).to("meta").eval()
+    namespace = {**vars(nb), "device": torch.device("meta"), "model": model,
+                 "images": torch.randn(8, 3, 2, 2, device="meta")}
+    printed = run_cell("10", "inference-tensors", namespace)
+    assert printed.splitlines() == ["RuntimeError: Inference tensors cannot be saved for backward",
+                                    "Inference mode in the main thread: True; in a new thread: False"]
+    assert namespace["weights"].grad.device.type == "meta", "the clone's backward pass ran"
+
+
 # --- Step 3: the two-number fit and the knee --------------------------------------------------------------
 
 SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
