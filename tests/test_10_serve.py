@@ -4,6 +4,7 @@ memory, torch.compile's arguments). The notebook itself runs in nbval on the CPU
 process, the batcher under Poisson traffic); nothing here is timed beyond generous bounds on the
 batcher's wait limit."""
 import sys
+import threading
 import time
 import types
 from concurrent.futures import Future
@@ -75,6 +76,7 @@ def test_interleaved_rounds_rotate_the_order_and_spread_is_relative_to_the_media
     assert calls == list("abc" "bca" "cab")
     assert seconds == {"a": [1, 6, 8], "b": [2, 4, 9], "c": [3, 5, 7]}
     assert nb.spread_pct([1.0, 2.0, 3.0]) == 100.0
+    assert nb.spread_pct([1.0, 1.0, 4.0]) == 300.0, "relative to the median, not the mean"
 
 
 def test_the_inference_tensor_cell_keeps_every_tensor_on_the_device(nb):
@@ -112,6 +114,12 @@ def test_the_overlap_form_finds_the_split_and_the_knee_is_where_the_terms_meet(n
     all_flat = nb.fit_batch_cost(SIZES, [1e-3] * len(SIZES), overlap=True)
     assert all_flat == (pytest.approx(1e-3), 0.0)
     assert nb.knee_batch_size(1e-3, 0.0) == float("inf") and nb.knee_batch_size(0.0, 1e-5) == 0.0
+    # one picture alone costs less than a picture in a large batch (as on a CPU whose caches overflow):
+    # no batch is fixed-cost bound, so the best fit has no fixed cost and the knee is at 0
+    cheaper_alone = [0.5e-4 if b == 1 else b * 1e-4 for b in SIZES]
+    fixed, per_image = nb.fit_batch_cost(SIZES, cheaper_alone, overlap=True)
+    assert fixed == 0.0 and per_image == pytest.approx(1e5 / 1.2e9)
+    assert nb.knee_batch_size(fixed, per_image) == 0.0
 
 
 @pytest.mark.parametrize("knee, expected", [
@@ -197,9 +205,11 @@ def test_close_answers_what_is_waiting_before_the_thread_ends(nb):
     batcher = nb.DynamicBatcher(RecordingModel(), torch.device("cpu"), max_batch_size=8,
                                 max_queue_delay_microseconds=60_000_000)
     futures = [batcher.submit(i, torch.ones(1)) for i in range(2)]
-    batcher.close()  # the stop signal arrives while the first batch waits for more requests
+    closing = threading.Thread(target=batcher.close, daemon=True)  # a bug here would hang, not fail
+    closing.start()  # the stop signal arrives while the first batch waits for more requests
+    closing.join(timeout=60)
+    assert not closing.is_alive() and not batcher.thread.is_alive(), "close() ends the serving thread"
     assert [future.result(timeout=1).item() for future in futures] == [2.0, 2.0]
-    assert not batcher.thread.is_alive()
 
 
 def test_answers_verdict_finds_missing_doubled_and_wrong_answers(nb):
@@ -248,7 +258,13 @@ def test_the_eval_mode_cell_judges_at_the_tolerance_of_the_devices_float32(nb, k
     ("float32", "an answer differs from its answer alone")])
 def test_the_load_cell_checks_the_answers_at_the_tolerance_of_the_devices_float32(nb, kind, verdict):
     model, requests = TF32Like(), torch.randn(8, 3, 2, 2)
+
+    def run_load(batcher, images, arrivals):  # the notebook's, refusing traffic that would last long
+        assert arrivals[-1] < 10, f"8 requests at rates of several hundred per second took {arrivals[-1]} s"
+        return nb.run_load(batcher, images, arrivals)
+
     namespace = {**vars(nb), "model": model, "device": torch.device("cpu"), "requests": requests,
+                 "run_load": run_load,
                  "alone": torch.cat([model(image.unsqueeze(0)) for image in requests]),
                  "latencies": [0.002] * 8, "LOAD_REQUESTS": 8, "MAX_BATCH": 4,
                  "float32_kind": lambda device: kind}
