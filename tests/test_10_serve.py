@@ -412,6 +412,7 @@ def test_aoti_plan_builds_only_where_it_can_and_says_why_not(nb):
     assert "Triton is missing" in nb.aoti_plan(False, "cuda", "g++", False, "2.14.1")[1]
     assert nb.aoti_plan(False, "cpu", "g++", False, "2.14.1")[0], "Triton matters only on a GPU"
     assert "for mps" in nb.aoti_plan(False, "mps", "g++", True, "2.14.1")[1]
+    assert "for mps" in nb.aoti_plan(False, "mps", "g++", False, "2.14.1")[1], "Triton: only for CUDA"
 
 
 @pytest.mark.parametrize("path, loader", [("model.aoti.pt2", "aoti"), ("model.pt2", "export")])
@@ -493,6 +494,7 @@ def test_fallbacks_name_each_stand_in_and_nothing_when_none_ran(nb):
     assert nb.fallbacks("aot_eager", True, "cuda") == "torch.compile with aot_eager instead of Inductor"
     assert nb.fallbacks("inductor", False, "cuda") == "no AOTInductor package"
     assert nb.fallbacks("inductor", True, "cpu") == "no float16 and no pinned copy (no CUDA GPU)"
+    assert nb.fallbacks("inductor", True, "mps") == "no float16 and no pinned copy (no CUDA GPU)"
 
 
 def test_the_figures_cell_reports_the_figures_the_issue_asks_for(nb):
