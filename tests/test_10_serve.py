@@ -4,6 +4,7 @@ memory, torch.compile's arguments). The notebook itself runs in nbval on the CPU
 process, the batcher under Poisson traffic); nothing here is timed beyond generous bounds on the
 batcher's wait limit."""
 import sys
+import threading
 import time
 import types
 from concurrent.futures import Future
@@ -44,8 +45,13 @@ def nb():
 
 def test_mode_verdict_holds_at_its_tolerance_on_both_measures(nb):
     assert nb.mode_verdict(0.0, 1e-5).startswith("eval mode: the same answer every time")
+    assert nb.mode_verdict(1e-5, 0.0).startswith("eval mode: the same answer every time")
     assert "still differ by up to 2e-05" in nb.mode_verdict(2e-5, 0.0)
     assert "still differ" in nb.mode_verdict(0.0, 1.1e-5)
+    # where convolutions run in TF32 (compute capability 8.0 and newer), TF32's atol of 1e-3
+    assert nb.mode_verdict(1e-3, 5e-4, "tf32").startswith("eval mode: the same answer every time")
+    assert "still differ by up to 0.0011" in nb.mode_verdict(1.1e-3, 0.0, "tf32")
+    assert "still differ" in nb.mode_verdict(0.0, 1.1e-3, "tf32")
 
 
 def test_percentile_is_the_nearest_rank(nb):
@@ -70,6 +76,19 @@ def test_interleaved_rounds_rotate_the_order_and_spread_is_relative_to_the_media
     assert calls == list("abc" "bca" "cab")
     assert seconds == {"a": [1, 6, 8], "b": [2, 4, 9], "c": [3, 5, 7]}
     assert nb.spread_pct([1.0, 2.0, 3.0]) == 100.0
+    assert nb.spread_pct([1.0, 1.0, 4.0]) == 300.0, "relative to the median, not the mean"
+
+
+def test_the_inference_tensor_cell_keeps_every_tensor_on_the_device(nb):
+    # PyTorch's "meta" device stands in for a GPU: like a CUDA tensor, a meta tensor cannot meet a CPU
+    # tensor in one operation, so a tensor the cell made on the CPU fails here as it would on a T4.
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 10)).to("meta").eval()
+    namespace = {**vars(nb), "device": torch.device("meta"), "model": model,
+                 "images": torch.randn(8, 3, 2, 2, device="meta")}
+    printed = run_cell("10", "inference-tensors", namespace)
+    assert printed.splitlines() == ["RuntimeError: Inference tensors cannot be saved for backward",
+                                    "Inference mode in the main thread: True; in a new thread: False"]
+    assert namespace["weights"].grad.device.type == "meta", "the clone's backward pass ran"
 
 
 # --- Step 3: the two-number fit and the knee --------------------------------------------------------------
@@ -95,6 +114,32 @@ def test_the_overlap_form_finds_the_split_and_the_knee_is_where_the_terms_meet(n
     all_flat = nb.fit_batch_cost(SIZES, [1e-3] * len(SIZES), overlap=True)
     assert all_flat == (pytest.approx(1e-3), 0.0)
     assert nb.knee_batch_size(1e-3, 0.0) == float("inf") and nb.knee_batch_size(0.0, 1e-5) == 0.0
+    # one picture alone costs less than a picture in a large batch (as on a CPU whose caches overflow):
+    # no batch is fixed-cost bound, so the best fit has no fixed cost and the knee is at 0
+    cheaper_alone = [0.5e-4 if b == 1 else b * 1e-4 for b in SIZES]
+    fixed, per_image = nb.fit_batch_cost(SIZES, cheaper_alone, overlap=True)
+    assert fixed == 0.0 and per_image == pytest.approx(1e5 / 1.2e9)
+    assert nb.knee_batch_size(fixed, per_image) == 0.0
+
+
+@pytest.mark.parametrize("knee, expected", [
+    (1.9, "Fixed cost 0.020 ms per batch, 2.0 GFLOP/s: knee at batch 1.9, so batching buys little."),
+    (2.0, "Fixed cost 0.020 ms per batch, 2.0 GFLOP/s: knee at batch 2.0; up to it, a larger batch costs "
+          "little extra time."),
+    (256.0, "Fixed cost 0.020 ms per batch, 2.0 GFLOP/s: knee at batch 256.0; up to it, a larger batch "
+            "costs little extra time."),
+    (256.5, "Fixed cost 0.020 ms per batch; no knee up to batch 256: each batch cost about the fixed cost."),
+    (float("inf"), "Fixed cost 0.020 ms per batch; no knee up to batch 256: each batch cost about the fixed "
+                   "cost."),
+])
+def test_knee_line_says_what_the_knee_means_on_each_side_of_2_and_of_the_largest_batch(nb, knee, expected):
+    # 2e6 FLOP per picture in 1 ms per picture: 2 GFLOP/s
+    assert nb.knee_line(2e-5, 1e-3, knee, 2e6, 256) == expected
+
+
+def test_knee_line_reads_a_fit_without_a_fixed_cost_and_one_without_arithmetic(nb):
+    assert nb.knee_line(0.0, 1e-3, 0.0, 2e6, 64).endswith("knee at batch 0.0, so batching buys little.")
+    assert "no knee up to batch 64" in nb.knee_line(1e-3, 0.0, float("inf"), 2e6, 64)
 
 
 def test_flops_per_image_counts_two_per_multiply_add_of_convolutions_and_linear_layers(nb):
@@ -160,9 +205,11 @@ def test_close_answers_what_is_waiting_before_the_thread_ends(nb):
     batcher = nb.DynamicBatcher(RecordingModel(), torch.device("cpu"), max_batch_size=8,
                                 max_queue_delay_microseconds=60_000_000)
     futures = [batcher.submit(i, torch.ones(1)) for i in range(2)]
-    batcher.close()  # the stop signal arrives while the first batch waits for more requests
+    closing = threading.Thread(target=batcher.close, daemon=True)  # a bug here would hang, not fail
+    closing.start()  # the stop signal arrives while the first batch waits for more requests
+    closing.join(timeout=60)
+    assert not closing.is_alive() and not batcher.thread.is_alive(), "close() ends the serving thread"
     assert [future.result(timeout=1).item() for future in futures] == [2.0, 2.0]
-    assert not batcher.thread.is_alive()
 
 
 def test_answers_verdict_finds_missing_doubled_and_wrong_answers(nb):
@@ -171,11 +218,59 @@ def test_answers_verdict_finds_missing_doubled_and_wrong_answers(nb):
     assert nb.answers_verdict([2, 0, 1], answers, alone) is None
     assert nb.answers_verdict([0, 1], answers, alone) == "requests answered never: [2], more than once: []"
     assert "more than once: [1]" in nb.answers_verdict([0, 1, 1, 2], answers, alone)
-    within = [a + 1e-6 for a in answers]
+    # float32's tolerance for 4.0: atol 1e-5 + rtol 1e-4 × 4 = 4.1e-4
+    within, outside = list(alone.clone()), list(alone.clone())
+    within[1] = within[1] + torch.tensor([0.0, 3e-4])
+    outside[1] = outside[1] + torch.tensor([0.0, 6e-4])
     assert nb.answers_verdict([0, 1, 2], within, alone) is None
-    wrong = list(alone.clone())
-    wrong[1] = wrong[1] + 1e-2
-    assert nb.answers_verdict([0, 1, 2], wrong, alone).startswith("an answer differs from its answer alone")
+    assert nb.answers_verdict([0, 1, 2], outside, alone).startswith("an answer differs from its answer alone")
+    # TF32's for 4.0: atol 1e-3 + rtol 1e-2 × 4 = 4.1e-2
+    assert nb.answers_verdict([0, 1, 2], outside, alone, "tf32") is None
+    beyond_tf32 = list(alone.clone())
+    beyond_tf32[1] = beyond_tf32[1] + torch.tensor([0.0, 6e-2])
+    assert nb.answers_verdict([0, 1, 2], beyond_tf32, alone, "tf32").startswith("an answer differs")
+
+
+class TF32Like:
+    """A stand-in model whose answer to a picture in a batch of several differs from its answer alone
+    by 5e-4, as convolutions in TF32 may (another algorithm per batch size): beyond float32's
+    tolerance, within TF32's."""
+
+    def __call__(self, images):
+        return images.flatten(1)[:, :3] + (5e-4 if len(images) > 1 else 0.0)
+
+
+@pytest.mark.parametrize("kind, verdict", [
+    ("tf32", "eval mode: the same answer every time"), ("float32", "eval mode: the answers still differ")])
+def test_the_eval_mode_cell_judges_at_the_tolerance_of_the_devices_float32(nb, kind, verdict):
+    class TwoModes(TF32Like):
+        def train(self):
+            return self
+
+    namespace = {**vars(nb), "model": TwoModes(), "device": torch.device("cpu"), "IMAGE": (3, 2, 2),
+                 "copy": types.SimpleNamespace(deepcopy=lambda model: model),
+                 "display": lambda table: None, "float32_kind": lambda device: kind}
+    assert run_cell("10", "eval-mode", namespace).startswith(verdict)
+
+
+@pytest.mark.parametrize("kind, verdict", [
+    ("tf32", "Every request of all 6 runs answered exactly once, as if alone."),
+    ("float32", "an answer differs from its answer alone")])
+def test_the_load_cell_checks_the_answers_at_the_tolerance_of_the_devices_float32(nb, kind, verdict):
+    model, requests = TF32Like(), torch.randn(8, 3, 2, 2)
+
+    def run_load(batcher, images, arrivals):  # the notebook's, refusing traffic that would last long
+        assert arrivals[-1] < 10, f"8 requests at rates of several hundred per second took {arrivals[-1]} s"
+        return nb.run_load(batcher, images, arrivals)
+
+    namespace = {**vars(nb), "model": model, "device": torch.device("cpu"), "requests": requests,
+                 "run_load": run_load,
+                 "alone": torch.cat([model(image.unsqueeze(0)) for image in requests]),
+                 "latencies": [0.002] * 8, "LOAD_REQUESTS": 8, "MAX_BATCH": 4,
+                 "float32_kind": lambda device: kind}
+    assert run_cell("10", "load", namespace).startswith(verdict)
+    batched = [row["mean_batch"] for row in namespace["load_rows"] if row["server"] == "dynamic batcher"]
+    assert len(batched) == 3 and max(batched) > 1, "the batcher answered some requests together"
 
 
 def test_arrival_rates_and_poisson_arrivals(nb):
@@ -188,21 +283,47 @@ def test_arrival_rates_and_poisson_arrivals(nb):
     assert (nb.poisson_arrivals(5.0, 10, seed=1) == nb.poisson_arrivals(5.0, 10, seed=1)).all()
 
 
-def test_run_load_submits_in_order_and_counts_latency_from_the_planned_arrival(nb):
-    class Immediate:
+class FakeClock:
+    """time.perf_counter and time.sleep on a clock that moves only when told to: sleep(s) moves it
+    by s, as if the sleep were exact."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def perf_counter(self):
+        return self.now
+
+    def sleep(self, seconds):
+        assert seconds > 0
+        self.now += seconds
+
+
+def test_run_load_submits_on_time_in_order_and_counts_latency_from_the_planned_arrival(nb, monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setitem(nb.run_load.__globals__, "time", clock)
+
+    class TakesTwoMilliseconds:
+        """Answers each request 2 ms after it is submitted, on the fake clock."""
+
         def __init__(self):
-            self.ids = []
+            self.submitted = []
 
         def submit(self, request_id, image):
-            self.ids.append(request_id)
+            self.submitted.append((request_id, clock.now))
+            clock.now += 0.002
             future = Future()
             future.set_result(image * 3)
             return future
 
-    batcher = Immediate()
-    answers, latencies, busy_s = nb.run_load(batcher, torch.arange(4.0), [0.0, 0.01, 0.02, 0.03])
-    assert batcher.ids == [0, 1, 2, 3] and [a.item() for a in answers] == [0.0, 3.0, 6.0, 9.0]
-    assert all(latency >= 0 for latency in latencies) and busy_s >= 0.03
+    batcher = TakesTwoMilliseconds()
+    start = clock.now + 0.005
+    answers, latencies, busy_s = nb.run_load(batcher, torch.arange(4.0), [0.0, 0.001, 0.010, 0.011])
+    assert [a.item() for a in answers] == [0.0, 3.0, 6.0, 9.0]
+    # request 1 is planned 1 ms after request 0 but submitted when request 0 is answered, 2 ms after
+    assert batcher.submitted == [(0, pytest.approx(start)), (1, pytest.approx(start + 0.002)),
+                                 (2, pytest.approx(start + 0.010)), (3, pytest.approx(start + 0.012))]
+    assert latencies == pytest.approx([0.002, 0.003, 0.002, 0.003]), "from the planned arrival"
+    assert busy_s == pytest.approx(0.014), "from the first planned arrival to the last answer"
 
 
 # --- Step 5: backends, tolerances, the check and the timing table ---------------------------------------
@@ -291,6 +412,7 @@ def test_aoti_plan_builds_only_where_it_can_and_says_why_not(nb):
     assert "Triton is missing" in nb.aoti_plan(False, "cuda", "g++", False, "2.14.1")[1]
     assert nb.aoti_plan(False, "cpu", "g++", False, "2.14.1")[0], "Triton matters only on a GPU"
     assert "for mps" in nb.aoti_plan(False, "mps", "g++", True, "2.14.1")[1]
+    assert "for mps" in nb.aoti_plan(False, "mps", "g++", False, "2.14.1")[1], "Triton: only for CUDA"
 
 
 @pytest.mark.parametrize("path, loader", [("model.aoti.pt2", "aoti"), ("model.pt2", "export")])
@@ -372,6 +494,7 @@ def test_fallbacks_name_each_stand_in_and_nothing_when_none_ran(nb):
     assert nb.fallbacks("aot_eager", True, "cuda") == "torch.compile with aot_eager instead of Inductor"
     assert nb.fallbacks("inductor", False, "cuda") == "no AOTInductor package"
     assert nb.fallbacks("inductor", True, "cpu") == "no float16 and no pinned copy (no CUDA GPU)"
+    assert nb.fallbacks("inductor", True, "mps") == "no float16 and no pinned copy (no CUDA GPU)"
 
 
 def test_the_figures_cell_reports_the_figures_the_issue_asks_for(nb):
