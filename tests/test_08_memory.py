@@ -13,11 +13,13 @@ read_parent_map, descendants, key_error_lines, parse_results) is tested on both 
 tests/test_06_ddp.py (the tests taking the fixture `plumbing`).
 """
 import ast
+import gc
 import inspect
 import os
 import socket
 import subprocess
 import sys
+import weakref
 
 import pandas as pd
 import pytest
@@ -654,6 +656,12 @@ class SmallGpu:
         return on_the_gpu
 
 
+def weak_tensors(model):
+    """Weak references to a model's weights and gradients: they die when nothing else holds them."""
+    return [weakref.ref(tensor) for p in model.parameters() for tensor in (p, p.grad)
+            if tensor is not None]
+
+
 class StaysOnTheCpu(nn.Sequential):
     """make_model's model, whose .to(device) keeps it on the CPU: the stand-in GPU is the CPU."""
 
@@ -702,6 +710,7 @@ def test_step_2_on_a_cuda_gpu_runs_out_of_memory_for_real_then_remedies_until_on
                          "empty_cache"]
 
     gpu.calls.clear()
+    deep_tensors = weak_tensors(namespace["deep_model"])
     printed = run_cell("08", "cell-28c", namespace).splitlines()
     attempts = namespace["attempts"]
     assert list(attempts) == ["baseline (float32)", "+ autocast (float16)", "+ 4 micro-batches",
@@ -720,7 +729,11 @@ def test_step_2_on_a_cuda_gpu_runs_out_of_memory_for_real_then_remedies_until_on
     assert gpu.calls.count("empty_cache") == 3 + 1  # after each try, and release_memory at the end
     assert {call for call in autocasts if call[2]} == {("cuda", torch.float16, True)}
     assert len([call for call in autocasts if call[2]]) == 1 + 4 + 4  # 4 micro-batches in the last two
-    assert "deep_model" not in namespace and "deep_adam" not in namespace  # Step 2's model is freed
+    # Step 2's model is freed: no variable left by the cell (a loop variable, say) still holds its
+    # weights or gradients, which on a GPU would stay allocated for the rest of the notebook
+    assert "deep_model" not in namespace and "deep_adam" not in namespace
+    gc.collect()
+    assert not [tensor for tensor in deep_tensors if tensor() is not None]
     assert namespace["fit_table"](attempts, namespace["limit"]).shape == (4, 4)
 
 
