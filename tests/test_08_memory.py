@@ -560,6 +560,33 @@ def test_without_cuda_a_try_fits_when_its_counted_bytes_are_within_the_budget(co
     assert result == {"fit": fit, "counted": counted, "peak": None, "error": None}
 
 
+def test_after_an_out_of_memory_error_the_failed_steps_tensors_are_freed_before_the_cache_is_emptied():
+    # A training step that runs out of memory leaves its tensors in the frames of the error's
+    # traceback, and autograd's objects can hold them in reference cycles (made here on purpose):
+    # only once the error is dropped and the garbage collected does empty_cache give them back.
+    alive_at_empty_cache = []
+    kept = []
+
+    class Cuda(StandInCuda):
+        def empty_cache(self):
+            self.calls.append("empty_cache")
+            alive_at_empty_cache.append([ref() is not None for ref in kept])
+
+    def forward():
+        activations = torch.ones(1000)
+        cycle = {"activations": activations}
+        cycle["itself"] = cycle  # freed by the garbage collector only
+        kept.append(weakref.ref(activations))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.")
+
+    cuda = Cuda(peak=12345)
+    result = nb.try_to_train(forward, 100, torch.device("cuda", 0), cuda=cuda)
+    assert result == {"fit": False, "counted": None, "peak": 12345,
+                      "error": "CUDA out of memory. Tried to allocate 2.00 GiB."}  # the text, not the error
+    assert cuda.calls == ["reset_peak_memory_stats(cuda:0)", "max_memory_allocated(cuda:0)", "empty_cache"]
+    assert alive_at_empty_cache == [[False]]
+
+
 def test_fit_verdict_says_what_each_kind_of_try_did():
     limit = 2e9
     assert nb.fit_verdict("+ x", {"fit": True, "counted": 1.5e9, "peak": None, "error": None}, limit) == \
