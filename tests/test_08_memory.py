@@ -773,7 +773,8 @@ def test_step_2_without_cuda_tells_the_same_story_against_a_declared_budget(monk
     namespace = step_2_namespace(torch.device("cpu"), low=torch.bfloat16, low_name="bfloat16")
     sizing = run_cell("08", "cell-17d", namespace)
     counts = namespace["adam_counts"]
-    assert namespace["limit"] == nb.declared_budget(counts, 4, 10) and namespace["deep_depth"] == 2
+    assert namespace["limit"] == nb.declared_budget(counts, 1, 10) and namespace["deep_depth"] == 2
+    assert namespace["deep_batch"] == 8  # Step 1's batch: on a CPU each try costs little
     assert sizing.startswith("No CUDA GPU, so no real out-of-memory error: a declared budget of ")
     first = run_cell("08", "cell-17e", namespace).splitlines()
     assert first == [f"baseline (float32): {namespace['attempts']['baseline (float32)']['counted'] / 1e6:.1f} MB, "
