@@ -505,8 +505,18 @@ def train_float16(eps, steps=2):
     return model
 
 
+def test_the_prose_gives_the_threshold_below_which_float16_rounds_to_0():
+    # 2**-25 (about 2.98e-8) and below round to 0; above it, up to the smallest float16 (2**-24, about
+    # 5.96e-8), values round up to that one. "Nothing below about 6e-8" read as if 4e-8 became 0.
+    assert torch.tensor(2.9e-8, dtype=torch.float16).item() == 0.0
+    assert torch.tensor(3.0e-8, dtype=torch.float16).item() == 2**-24
+    [text] = [cell.source for cell in read(notebook_path("08")).cells if cell.get("id") == "cell-28"]
+    [bullet] = [item for item in text.split("\n- ") if item.startswith("**16-bit weights**")]
+    assert "`float16` rounds anything below about 3e-8 to 0" in " ".join(bullet.split())
+
+
 def test_float16_weights_need_an_eps_float16_can_hold():
-    # float16 has nothing below about 6e-8: Adam's default eps=1e-8 rounds to 0 in its float16
+    # float16 rounds anything below about 3e-8 to 0: Adam's default eps=1e-8 becomes 0 in its float16
     # state, small squared gradients underflow, and the update divides by zero (torch/optim/adam.py)
     assert torch.tensor(1e-8, dtype=torch.float16).item() == 0.0
     assert torch.tensor(1e-4, dtype=torch.float16).item() > 0.0
