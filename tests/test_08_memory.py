@@ -848,6 +848,17 @@ def test_losses_verdict_at_its_tolerance(sharded, agree):
     assert not nb.losses_verdict([], [], rtol=0.25)[0]
 
 
+def test_the_opening_and_the_title_table_name_kaggles_two_t4s_for_step_4_and_how_to_choose_them():
+    # On Colab's single T4 Step 4 runs as CPU processes; Kaggle's "GPU T4 x2" is where it runs on GPUs.
+    title = read(notebook_path("08")).cells[0].source
+    opening = " ".join(title.split())
+    assert ("**Two real GPUs:** on Kaggle, choose `Settings > Accelerator > GPU T4 x2` and Step 4 runs a "
+            "process on each T4; elsewhere 2 CPU processes stand in.") in opening
+    [row] = [line for line in title.splitlines() if line.startswith("| Needs a GPU")]
+    assert 'Kaggle\'s "GPU T4 x2" runs Step 4 on two real GPUs' in row
+    assert nb.launch_plan(2, 4)["backend"] == "nccl" and nb.launch_plan(1, 4)["backend"] == "gloo"
+
+
 def test_the_zero_stages_in_going_deeper_add_up_for_8_processes():
     n = 8
     per_stage = [4 + 4 + 8, 4 + 4 + 8 / n, 4 + (4 + 8) / n, 16 / n]  # the table's formulas
@@ -1061,7 +1072,7 @@ def test_every_gpu_branch_has_a_test_that_exists():
     assert all(callable(globals().get(name)) for name in GPU_BRANCHES.values())
 
 
-# --- Issue 21: the side a Windows machine and a GPU machine take, run with stand-ins ------------------
+# --- The side a Windows machine and a GPU machine take, run with stand-ins ---------------------------
 
 @pytest.mark.gpu_branch("08", "cell cell-26: device.type == 'cuda'")
 @pytest.mark.parametrize("device_type, capability, low", [
