@@ -566,10 +566,11 @@ def test_declared_budget_is_the_state_plus_a_share_of_the_activations():
     assert nb.declared_budget(COUNTS, 1, 1) == sum(COUNTS.values())
 
 
+@pytest.mark.parametrize("device_type", ["cpu", "mps"])
 @pytest.mark.parametrize("counted, fit", [(100, True), (101, False)])
-def test_without_cuda_a_try_fits_when_its_counted_bytes_are_within_the_budget(counted, fit):
-    result = nb.try_to_train(lambda: {"weights": counted - 1, "activations": 1}, 100, torch.device("cpu"),
-                             cuda=None)  # never touched without CUDA
+def test_without_cuda_a_try_fits_when_its_counted_bytes_are_within_the_budget(counted, fit, device_type):
+    result = nb.try_to_train(lambda: {"weights": counted - 1, "activations": 1}, 100,
+                             torch.device(device_type), cuda=None)  # never touched without CUDA
     assert result == {"fit": fit, "counted": counted, "peak": None, "error": None}
 
 
@@ -799,6 +800,19 @@ def test_step_2_without_cuda_tells_the_same_story_against_a_declared_budget(monk
     assert counted == sorted(counted, reverse=True)  # each remedy keeps less than the one before
     assert attempts["+ checkpointing"]["fit"] and not attempts["+ 4 micro-batches"]["fit"]
     assert printed[-1].startswith("The training step fits the declared budget (nothing real was raised)")
+
+
+def test_the_tries_stop_at_the_first_that_fits(on_device):
+    # With a budget just below the baseline's count, the first remedy (autocast) already fits: the cell
+    # stops there and tries nothing more.
+    namespace = step_2_namespace(torch.device("cpu"), low=torch.bfloat16, low_name="bfloat16")
+    run_cell("08", "cell-17d", namespace)
+    run_cell("08", "cell-17e", namespace)
+    namespace["limit"] = namespace["attempts"]["baseline (float32)"]["counted"] - 1
+    printed = run_cell("08", "cell-28c", namespace).splitlines()
+    assert list(namespace["attempts"]) == ["baseline (float32)", "+ autocast (bfloat16)"]
+    assert printed[-1] == ("The training step fits the declared budget (nothing real was raised) with: "
+                           "autocast (bfloat16).")
 
 
 # FSDP2: the version gate, the checks, ZeRO
