@@ -13,11 +13,13 @@ read_parent_map, descendants, key_error_lines, parse_results) is tested on both 
 tests/test_06_ddp.py (the tests taking the fixture `plumbing`).
 """
 import ast
+import gc
 import inspect
 import os
 import socket
 import subprocess
 import sys
+import weakref
 
 import pandas as pd
 import pytest
@@ -503,8 +505,18 @@ def train_float16(eps, steps=2):
     return model
 
 
+def test_the_prose_gives_the_threshold_below_which_float16_rounds_to_0():
+    # 2**-25 (about 2.98e-8) and below round to 0; above it, up to the smallest float16 (2**-24, about
+    # 5.96e-8), values round up to that one. "Nothing below about 6e-8" read as if 4e-8 became 0.
+    assert torch.tensor(2.9e-8, dtype=torch.float16).item() == 0.0
+    assert torch.tensor(3.0e-8, dtype=torch.float16).item() == 2**-24
+    [text] = [cell.source for cell in read(notebook_path("08")).cells if cell.get("id") == "cell-28"]
+    [bullet] = [item for item in text.split("\n- ") if item.startswith("**16-bit weights**")]
+    assert "`float16` rounds anything below about 3e-8 to 0" in " ".join(bullet.split())
+
+
 def test_float16_weights_need_an_eps_float16_can_hold():
-    # float16 has nothing below about 6e-8: Adam's default eps=1e-8 rounds to 0 in its float16
+    # float16 rounds anything below about 3e-8 to 0: Adam's default eps=1e-8 becomes 0 in its float16
     # state, small squared gradients underflow, and the update divides by zero (torch/optim/adam.py)
     assert torch.tensor(1e-8, dtype=torch.float16).item() == 0.0
     assert torch.tensor(1e-4, dtype=torch.float16).item() > 0.0
@@ -521,6 +533,9 @@ def test_finite_verdict_counts_each_weight_that_is_no_longer_a_number():
         model.weight[0, 0] = float("nan")
         model.bias[1] = float("inf")
     assert nb.finite_verdict(model, 1).startswith("16-bit weights: 2 weights became inf or NaN")
+    with torch.no_grad():
+        model.bias[1] = 0.0
+    assert nb.finite_verdict(model, 1).startswith("16-bit weights: 1 weights became inf or NaN")
 
 
 @pytest.mark.gpu_branch("08", "autocast_verdict: device_type == 'cpu'")
@@ -551,11 +566,39 @@ def test_declared_budget_is_the_state_plus_a_share_of_the_activations():
     assert nb.declared_budget(COUNTS, 1, 1) == sum(COUNTS.values())
 
 
+@pytest.mark.parametrize("device_type", ["cpu", "mps"])
 @pytest.mark.parametrize("counted, fit", [(100, True), (101, False)])
-def test_without_cuda_a_try_fits_when_its_counted_bytes_are_within_the_budget(counted, fit):
-    result = nb.try_to_train(lambda: {"weights": counted - 1, "activations": 1}, 100, torch.device("cpu"),
-                             cuda=None)  # never touched without CUDA
+def test_without_cuda_a_try_fits_when_its_counted_bytes_are_within_the_budget(counted, fit, device_type):
+    result = nb.try_to_train(lambda: {"weights": counted - 1, "activations": 1}, 100,
+                             torch.device(device_type), cuda=None)  # never touched without CUDA
     assert result == {"fit": fit, "counted": counted, "peak": None, "error": None}
+
+
+def test_after_an_out_of_memory_error_the_failed_steps_tensors_are_freed_before_the_cache_is_emptied():
+    # A training step that runs out of memory leaves its tensors in the frames of the error's
+    # traceback, and autograd's objects can hold them in reference cycles (made here on purpose):
+    # only once the error is dropped and the garbage collected does empty_cache give them back.
+    alive_at_empty_cache = []
+    kept = []
+
+    class Cuda(StandInCuda):
+        def empty_cache(self):
+            self.calls.append("empty_cache")
+            alive_at_empty_cache.append([ref() is not None for ref in kept])
+
+    def forward():
+        activations = torch.ones(1000)
+        cycle = {"activations": activations}
+        cycle["itself"] = cycle  # freed by the garbage collector only
+        kept.append(weakref.ref(activations))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.")
+
+    cuda = Cuda(peak=12345)
+    result = nb.try_to_train(forward, 100, torch.device("cuda", 0), cuda=cuda)
+    assert result == {"fit": False, "counted": None, "peak": 12345,
+                      "error": "CUDA out of memory. Tried to allocate 2.00 GiB."}  # the text, not the error
+    assert cuda.calls == ["reset_peak_memory_stats(cuda:0)", "max_memory_allocated(cuda:0)", "empty_cache"]
+    assert alive_at_empty_cache == [[False]]
 
 
 def test_fit_verdict_says_what_each_kind_of_try_did():
@@ -654,6 +697,12 @@ class SmallGpu:
         return on_the_gpu
 
 
+def weak_tensors(model):
+    """Weak references to a model's weights and gradients: they die when nothing else holds them."""
+    return [weakref.ref(tensor) for p in model.parameters() for tensor in (p, p.grad)
+            if tensor is not None]
+
+
 class StaysOnTheCpu(nn.Sequential):
     """make_model's model, whose .to(device) keeps it on the CPU: the stand-in GPU is the CPU."""
 
@@ -702,6 +751,7 @@ def test_step_2_on_a_cuda_gpu_runs_out_of_memory_for_real_then_remedies_until_on
                          "empty_cache"]
 
     gpu.calls.clear()
+    deep_tensors = weak_tensors(namespace["deep_model"])
     printed = run_cell("08", "cell-28c", namespace).splitlines()
     attempts = namespace["attempts"]
     assert list(attempts) == ["baseline (float32)", "+ autocast (float16)", "+ 4 micro-batches",
@@ -720,7 +770,11 @@ def test_step_2_on_a_cuda_gpu_runs_out_of_memory_for_real_then_remedies_until_on
     assert gpu.calls.count("empty_cache") == 3 + 1  # after each try, and release_memory at the end
     assert {call for call in autocasts if call[2]} == {("cuda", torch.float16, True)}
     assert len([call for call in autocasts if call[2]]) == 1 + 4 + 4  # 4 micro-batches in the last two
-    assert "deep_model" not in namespace and "deep_adam" not in namespace  # Step 2's model is freed
+    # Step 2's model is freed: no variable left by the cell (a loop variable, say) still holds its
+    # weights or gradients, which on a GPU would stay allocated for the rest of the notebook
+    assert "deep_model" not in namespace and "deep_adam" not in namespace
+    gc.collect()
+    assert not [tensor for tensor in deep_tensors if tensor() is not None]
     assert namespace["fit_table"](attempts, namespace["limit"]).shape == (4, 4)
 
 
@@ -733,7 +787,8 @@ def test_step_2_without_cuda_tells_the_same_story_against_a_declared_budget(monk
     namespace = step_2_namespace(torch.device("cpu"), low=torch.bfloat16, low_name="bfloat16")
     sizing = run_cell("08", "cell-17d", namespace)
     counts = namespace["adam_counts"]
-    assert namespace["limit"] == nb.declared_budget(counts, 4, 10) and namespace["deep_depth"] == 2
+    assert namespace["limit"] == nb.declared_budget(counts, 1, 10) and namespace["deep_depth"] == 2
+    assert namespace["deep_batch"] == 8  # Step 1's batch: on a CPU each try costs little
     assert sizing.startswith("No CUDA GPU, so no real out-of-memory error: a declared budget of ")
     first = run_cell("08", "cell-17e", namespace).splitlines()
     assert first == [f"baseline (float32): {namespace['attempts']['baseline (float32)']['counted'] / 1e6:.1f} MB, "
@@ -745,6 +800,19 @@ def test_step_2_without_cuda_tells_the_same_story_against_a_declared_budget(monk
     assert counted == sorted(counted, reverse=True)  # each remedy keeps less than the one before
     assert attempts["+ checkpointing"]["fit"] and not attempts["+ 4 micro-batches"]["fit"]
     assert printed[-1].startswith("The training step fits the declared budget (nothing real was raised)")
+
+
+def test_the_tries_stop_at_the_first_that_fits(on_device):
+    # With a budget just below the baseline's count, the first remedy (autocast) already fits: the cell
+    # stops there and tries nothing more.
+    namespace = step_2_namespace(torch.device("cpu"), low=torch.bfloat16, low_name="bfloat16")
+    run_cell("08", "cell-17d", namespace)
+    run_cell("08", "cell-17e", namespace)
+    namespace["limit"] = namespace["attempts"]["baseline (float32)"]["counted"] - 1
+    printed = run_cell("08", "cell-28c", namespace).splitlines()
+    assert list(namespace["attempts"]) == ["baseline (float32)", "+ autocast (bfloat16)"]
+    assert printed[-1] == ("The training step fits the declared budget (nothing real was raised) with: "
+                           "autocast (bfloat16).")
 
 
 # FSDP2: the version gate, the checks, ZeRO
@@ -795,6 +863,17 @@ def test_shards_verdict_wants_shards_that_add_up_and_are_about_even():
 def test_losses_verdict_at_its_tolerance(sharded, agree):
     assert nb.losses_verdict([4.0, 4.0], sharded, rtol=0.25)[0] == agree
     assert not nb.losses_verdict([], [], rtol=0.25)[0]
+
+
+def test_the_opening_and_the_title_table_name_kaggles_two_t4s_for_step_4_and_how_to_choose_them():
+    # On Colab's single T4 Step 4 runs as CPU processes; Kaggle's "GPU T4 x2" is where it runs on GPUs.
+    title = read(notebook_path("08")).cells[0].source
+    opening = " ".join(title.split())
+    assert ("**Two real GPUs:** on Kaggle, choose `Settings > Accelerator > GPU T4 x2` and Step 4 runs a "
+            "process on each T4; elsewhere 2 CPU processes stand in.") in opening
+    [row] = [line for line in title.splitlines() if line.startswith("| Needs a GPU")]
+    assert 'Kaggle\'s "GPU T4 x2" runs Step 4 on two real GPUs' in row
+    assert nb.launch_plan(2, 4)["backend"] == "nccl" and nb.launch_plan(1, 4)["backend"] == "gloo"
 
 
 def test_the_zero_stages_in_going_deeper_add_up_for_8_processes():
@@ -1010,7 +1089,7 @@ def test_every_gpu_branch_has_a_test_that_exists():
     assert all(callable(globals().get(name)) for name in GPU_BRANCHES.values())
 
 
-# --- Issue 21: the side a Windows machine and a GPU machine take, run with stand-ins ------------------
+# --- The side a Windows machine and a GPU machine take, run with stand-ins ---------------------------
 
 @pytest.mark.gpu_branch("08", "cell cell-26: device.type == 'cuda'")
 @pytest.mark.parametrize("device_type, capability, low", [
@@ -1056,7 +1135,9 @@ def test_step_3_tries_the_16_bit_format_of_the_gpu_and_synchronizes_it_around_ea
     lines = printed.splitlines()
     assert [line.split(":")[0] for line in lines[:4]] == list(namespace["remedy_table"].index[1:])
     assert lines[4] == "16-bit weights: every weight is still finite after 2 optimizer steps."
-    assert lines[5].startswith("Autocast was ")
+    # the verdict reads autocast's own row of this run's table, not another row's time
+    autocast_cost = namespace["remedy_table"].loc[f"autocast ({name})", "time_cost_%"]
+    assert lines[5] == nb.autocast_verdict(autocast_cost, device_type)
 
 
 def record_autocast(monkeypatch):
