@@ -1,7 +1,8 @@
 """Notebook 03's helpers, driven with made-up inputs: no internet and no real search engine needed.
 
-- The search wrapper gets fake `DDGS` classes (fail N times then succeed, always fail, return nothing) and a
-  `sleep` that only records the pauses, so retries, pauses and fallback decisions are checked instantly.
+- The search (`search_photos`, the notebook's one `DDGS().images` call) gets fake `DDGS` classes put in the ddgs
+  package's place (fail N times then succeed, always fail, return nothing) and a `sleep` that only records the
+  pauses, so retries, pauses and fallback decisions are checked instantly.
 - The download path runs for real (fastai's download_images, verify_images, resize_images) against an HTTP
   server started on 127.0.0.1: good pictures, an HTML page named .jpg, a truncated JPEG, a 404 and slow URLs.
 - The pretrained-weights path runs offline from a stand-in resnet18-f37072fd.pth in a temporary TORCH_HOME.
@@ -18,8 +19,11 @@ import socket
 import sys
 import threading
 import time
+import types
 import urllib.error
 import warnings
+import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,7 +31,23 @@ import torchvision
 from ddgs.exceptions import DDGSException
 from PIL import Image
 
-from notebook_code import code_cells, core_markdown, load_helpers, notebook_path, read
+from notebook_code import code_cells, core_markdown, load_helpers, notebook_path, read, run_cell
+
+
+# The calls the notebook teaches, each in a visible code cell of the core (test_learner_first.py checks it):
+# fast.ai's search and download, the checks of the download, the DataBlock, the device, training, use.
+TAUGHT_CALLS = [
+    r"DDGS\(timeout=10\)\.images\(query, max_results=max_images\)",
+    r"download_images\(scratch, urls=urls, timeout=timeout\)",
+    r"verify_images\(candidates\)",
+    r"resize_images\(scratch, max_size=400, dest=dest\)",
+    r"DataBlock\(\s*blocks=\(ImageBlock, CategoryBlock\)",
+    r"\.dataloaders\(data_folder, device=device, bs=batch_size\)",
+    r"learn\.fine_tune\(EPOCHS\)",
+    r"time_it\(lambda: train\(learn, pretrained\), device, repeats=1, warmup=0\)",
+    r"learn\.predict\(PILImage\.create\(bird_file\)\)",
+    r"ClassificationInterpretation\.from_learner\(learn\)",
+]
 
 
 @pytest.fixture(scope="module")
@@ -63,46 +83,67 @@ def fake_ddgs(*outcomes):
 RESULTS = [{"image": "https://a.example/1.jpg", "title": "one"},
            {"image": "https://a.example/2.jpg", "title": "two"},
            {"image": "https://a.example/1.jpg", "title": "one again"},  # duplicate: kept once
-           {"title": "an entry without a picture URL"}]
+           {"image": "", "title": "an entry without a picture URL"}]
 
 
-def test_search_fails_twice_then_succeeds_after_growing_pauses(nb):
+@pytest.fixture
+def use_ddgs(monkeypatch):
+    """Put a fake DDGS class where search_photos imports it from (`from ddgs import DDGS`, at call time)."""
+    import ddgs
+
+    def use(fake):
+        monkeypatch.setattr(ddgs, "DDGS", fake)
+    return use
+
+
+def test_search_photos_is_ddgs_images_with_a_time_limit(nb, use_ddgs):
+    ddgs, calls = fake_ddgs(RESULTS)
+    use_ddgs(ddgs)
+    assert nb.search_photos("bird photo", 50) == [result["image"] for result in RESULTS]
+    assert calls == [{"query": "bird photo", "max_results": 50, "timeout": 10}]
+
+
+def test_search_fails_twice_then_succeeds_after_growing_pauses(nb, use_ddgs):
     ddgs, calls = fake_ddgs(DDGSException("202 Ratelimit"), DDGSException("202 Ratelimit"), RESULTS)
+    use_ddgs(ddgs)
     pauses = []
-    urls = nb.search_images("bird photo", 50, ddgs_factory=ddgs, sleep=pauses.append, attempts=3,
-                            first_pause=10.0, timeout=7)
-    assert urls == ["https://a.example/1.jpg", "https://a.example/2.jpg"]
+    urls = nb.search_images("bird photo", 50, sleep=pauses.append, attempts=3, first_pause=10.0)
+    assert urls == ["https://a.example/1.jpg", "https://a.example/2.jpg"]  # no duplicate, no empty address
     assert len(calls) == 3
-    assert calls[0] == {"query": "bird photo", "max_results": 50, "timeout": 7}
+    assert calls[0] == {"query": "bird photo", "max_results": 50, "timeout": 10}
     assert pauses == [10.0, 20.0]  # a pause before each retry, twice as long each time, none before the first try
 
 
-def test_search_that_always_fails_gives_up_after_all_attempts(nb):
+def test_search_that_always_fails_gives_up_after_all_attempts(nb, use_ddgs):
     ddgs, calls = fake_ddgs(DDGSException("DNSError: no records found"))
+    use_ddgs(ddgs)
     pauses = []
     with pytest.raises(nb.SearchFailed) as failure:
-        nb.search_images("bird photo", 50, ddgs_factory=ddgs, sleep=pauses.append, attempts=4, first_pause=1.0)
+        nb.search_images("bird photo", 50, sleep=pauses.append, attempts=4, first_pause=1.0)
     assert len(calls) == 4
     assert pauses == [1.0, 2.0, 4.0]
     assert "4 times" in str(failure.value) and "DNSError" in str(failure.value)
 
 
-def test_empty_search_result_counts_as_a_failure(nb):
+def test_empty_search_result_counts_as_a_failure(nb, use_ddgs):
     ddgs, calls = fake_ddgs([])
+    use_ddgs(ddgs)
     pauses = []
     with pytest.raises(nb.SearchFailed, match="no pictures"):
-        nb.search_images("forest photo", 50, ddgs_factory=ddgs, sleep=pauses.append, attempts=2)
+        nb.search_images("forest photo", 50, sleep=pauses.append, attempts=2)
     assert len(calls) == 2 and len(pauses) == 1
 
     ddgs, calls = fake_ddgs([], RESULTS)
-    assert len(nb.search_images("forest photo", 50, ddgs_factory=ddgs, sleep=lambda s: None)) == 2
+    use_ddgs(ddgs)
+    assert len(nb.search_images("forest photo", 50, sleep=lambda s: None)) == 2
     assert len(calls) == 2
 
 
-def test_search_does_not_hide_programming_errors(nb):
+def test_search_does_not_hide_programming_errors(nb, use_ddgs):
     ddgs, calls = fake_ddgs(TypeError("a bug, not a blocked search"))
+    use_ddgs(ddgs)
     with pytest.raises(TypeError):
-        nb.search_images("bird photo", 50, ddgs_factory=ddgs, sleep=lambda s: None)
+        nb.search_images("bird photo", 50, sleep=lambda s: None)
     assert len(calls) == 1
 
 
@@ -135,13 +176,13 @@ def test_collect_urls_pauses_between_searches_dedupes_and_saves_the_manifest(nb,
     assert searched == [("bird photo", 100)]
 
 
-def test_blocked_search_falls_back_and_a_later_run_only_searches_what_is_missing(nb, tmp_path):
+def test_blocked_search_falls_back_and_a_later_run_only_searches_what_is_missing(nb, tmp_path, use_ddgs):
     manifest = tmp_path / "manifest.json"
     queries = {"bird": ["bird photo"], "forest": ["forest photo"]}
     blocked, calls = fake_ddgs([{"image": "u/b1"}], DDGSException("202 Ratelimit"))
+    use_ddgs(blocked)
     pauses = []
-    search = functools.partial(nb.search_images, ddgs_factory=blocked, sleep=pauses.append, attempts=3,
-                               first_pause=10.0)
+    search = functools.partial(nb.search_images, sleep=pauses.append, attempts=3, first_pause=10.0)
     urls, problem = nb.collect_urls(queries, manifest, 30, search=search, sleep=pauses.append, pause=5.0)
     assert urls is None
     assert "'forest photo' failed 3 times" in problem and "again later" in problem
@@ -150,7 +191,8 @@ def test_blocked_search_falls_back_and_a_later_run_only_searches_what_is_missing
     assert list(nb.read_manifest(manifest)["searches"]) == ["bird photo"]  # the good search is kept
 
     working, calls = fake_ddgs([{"image": "u/f1"}])
-    search = functools.partial(nb.search_images, ddgs_factory=working, sleep=pauses.append)
+    use_ddgs(working)
+    search = functools.partial(nb.search_images, sleep=pauses.append)
     urls, problem = nb.collect_urls(queries, manifest, 30, search=search, sleep=pauses.append)
     assert problem is None and urls == {"bird": ["u/b1"], "forest": ["u/f1"]}
     assert [call["query"] for call in calls] == ["forest photo"]
@@ -184,7 +226,7 @@ def test_the_plan_says_plainly_why_there_is_no_search(nb):
     both = nb.describe_plan("stand-in", counts, 50, False, False)
     assert "not installed" in both and "no internet" in both
     for text in (without_ddgs, offline, both):
-        assert text.startswith("Plan: stand-in") and "teach nothing about real birds" in text
+        assert text.startswith("Plan: stand-in") and "stand-in drawings" in text and "PHOTO_ZIP" in text
     assert nb.describe_plan("reuse", {"bird": 60, "forest": 55}, 50, False, False).startswith("Plan: reuse")
     search = nb.describe_plan("search", {"bird": 3, "forest": 0}, 50, True, True)
     assert search.startswith("Plan: search") and "downloads photos" in search
@@ -245,15 +287,15 @@ def ddgs_result(url, title="a bird"):
 
 
 @pytest.fixture
-def first_look(nb, tmp_path, monkeypatch):
+def first_look(nb, tmp_path, monkeypatch, use_ddgs):
     """Point the notebook's first look at a manifest in tmp_path and at a fake ddgs; returns the recorders."""
     def use(ddgs):
         space = nb.urls_from_manifest.__globals__  # the module namespace the helpers read at call time
         pauses = []
+        use_ddgs(ddgs)
         monkeypatch.setitem(space, "MANIFEST", tmp_path / "bird_or_not" / "manifest.json")
         monkeypatch.setitem(space, "IMAGES_PER_SEARCH", 100)
-        monkeypatch.setitem(space, "search_images", functools.partial(nb.search_images, ddgs_factory=ddgs,
-                                                                       sleep=pauses.append))
+        monkeypatch.setitem(space, "search_images", functools.partial(nb.search_images, sleep=pauses.append))
         return pauses
     return use
 
@@ -298,11 +340,11 @@ def test_first_look_with_failed_downloads_shows_a_labelled_standin_or_the_prepar
     assert "\n" not in problem
 
     nothing = tmp_path / "no_folder"
-    first_photos = {"bird": (None, problem), "forest": (None, "no search can run, because there is no internet")}
+    first_photos = {"bird": (None, problem), "forest": (None, "no search: there is no internet")}
     nb.show_first_look(first_photos, {"bird": "bird photo", "forest": "forest photo"}, nothing)
     out = capsys.readouterr().out
-    assert out.count("a STAND-IN DRAWING, not a photo. Why: ") == 2
-    assert "Online, with ddgs, this cell shows the first photo DuckDuckGo finds for 'bird photo'." in out
+    assert out.count("a STAND-IN DRAWING, not a photo (") == 2
+    assert out.count("Online, with ddgs, this cell shows the first photo DuckDuckGo finds for each query.") == 1
     assert problem in out and "there is no internet" in out
 
     make_photo_folder(tmp_path / "prepared", 2)
@@ -332,7 +374,7 @@ def test_first_look_without_a_search_does_not_try_one(nb, tmp_path, online, sear
 
     photo, problem = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", "stand-in", online,
                                            search_installed, find_urls=must_not_search)
-    assert photo is None and problem.startswith("no search can run, because ")
+    assert photo is None and problem.startswith("no search: ")
     assert ("no internet" in problem) == (not online) and ("not installed" in problem) == (not search_installed)
 
 
@@ -447,6 +489,11 @@ def server(monkeypatch):
     httpd.server_close()
 
 
+def quick_download(nb):
+    """The notebook's download_photos with a 1 s time limit per URL, so that the slow URLs fail quickly."""
+    return functools.partial(nb.download_photos, timeout=1)
+
+
 def test_download_keeps_good_pictures_removes_bad_ones_and_counts_every_url(nb, tmp_path, server):
     folder, manifest = tmp_path / "bird_or_not", tmp_path / "bird_or_not" / "manifest.json"
     learners_own = folder / "bird" / "my_own_photo.jpg"  # a picture that was there before: must survive
@@ -457,7 +504,7 @@ def test_download_keeps_good_pictures_removes_bad_ones_and_counts_every_url(nb, 
     urls = {"bird": [f"{server}/{name}" for name in names]}
 
     start = time.perf_counter()
-    table = nb.download_dataset(urls, folder, manifest, timeout=1)
+    table = nb.download_dataset(urls, folder, manifest, download=quick_download(nb))
     assert time.perf_counter() - start < 20  # the slow URLs cost one timeout, not a hang
 
     counts = table.loc["bird"].to_dict()
@@ -472,7 +519,7 @@ def test_download_keeps_good_pictures_removes_bad_ones_and_counts_every_url(nb, 
 
     # A rerun downloads nothing again and changes nothing.
     requests_before = len(PictureServer.requests)
-    again = nb.download_dataset(urls, folder, manifest, timeout=1).loc["bird"].to_dict()
+    again = nb.download_dataset(urls, folder, manifest, download=quick_download(nb)).loc["bird"].to_dict()
     assert again == {"new_urls": 0, "saved": 0, "broken": 0, "failed": 0, "added": 0, "images": 4}
     assert len(PictureServer.requests) == requests_before
     assert sorted((folder / "bird").iterdir()) == files
@@ -481,12 +528,14 @@ def test_download_keeps_good_pictures_removes_bad_ones_and_counts_every_url(nb, 
 def test_download_with_a_dead_network_leaves_the_urls_for_a_later_try(nb, tmp_path, server):
     folder, manifest = tmp_path / "data", tmp_path / "data" / "manifest.json"
     dead = "http://127.0.0.1:9"  # the discard port: nothing listens there, so every connection is refused
-    counts = nb.download_dataset({"forest": [f"{dead}/a.jpg", f"{dead}/b.jpg"]}, folder, manifest, timeout=1)
+    counts = nb.download_dataset({"forest": [f"{dead}/a.jpg", f"{dead}/b.jpg"]}, folder, manifest,
+                                 download=quick_download(nb))
     assert counts.loc["forest"].to_dict() == {"new_urls": 2, "saved": 0, "broken": 0, "failed": 2, "added": 0,
                                               "images": 0}
     assert "forest" not in nb.read_manifest(manifest)["attempted"]
 
-    later = nb.download_dataset({"forest": [f"{server}/good-small.jpg"]}, folder, manifest, timeout=1)
+    later = nb.download_dataset({"forest": [f"{server}/good-small.jpg"]}, folder, manifest,
+                                download=quick_download(nb))
     assert later.loc["forest", "added"] == 1 and nb.count_images(folder, ["forest"]) == {"forest": 1}
 
 
@@ -568,14 +617,14 @@ def test_the_lesson_is_in_view_and_the_plumbing_folded():
 
 def test_the_first_look_is_a_visible_search_and_download_before_the_download_machinery():
     sources = [cell.source for cell in read(notebook_path("03")).cells]
-    plan = next(i for i, source in enumerate(sources) if source.startswith("image_counts = check_pictures"))
+    plan = next(i for i, source in enumerate(sources) if "plan = plan_dataset(" in source)
     first_look = next(i for i, source in enumerate(sources) if "show_first_look(first_photos, first_queries" in source)
     download = next(i for i, source in enumerate(sources) if "def download_dataset" in source)
     training = next(i for i, source in enumerate(sources) if "def train(" in source)
     assert plan < first_look < download < training
     cell = sources[first_look]
-    assert not cell.startswith("#@title") and len(cell.splitlines()) <= 8  # short, and in view
-    assert "search_first_photo(" in cell and "FIRST_LOOK_DIR" in cell
+    assert not cell.startswith("#@title") and len(cell.splitlines()) <= 12  # short, and in view
+    assert "def search_photos(" in cell and "search_first_photo(" in cell and "FIRST_LOOK_DIR" in cell
     assert ast.parse(cell) and not any(isinstance(node, ast.If) for node in ast.parse(cell).body)
 
 
@@ -607,7 +656,7 @@ GLOSSARY = "(../README.md#glossary)"
 
 def test_first_uses_link_the_glossary_and_kernel_always_says_which():
     core = core_markdown(read(notebook_path("03")))
-    for term in ("`device`", "epochs", "batch", "ROCm", "MPS", "synchronizes", "CUDA"):
+    for term in ("`device`", "epochs", "batch", "MPS", "synchronizes", "CUDA"):
         first = re.search(rf"\[{re.escape(term)}\]\(|(?<![\w`]){re.escape(term)}(?!\w)", core)
         assert first and first.group().startswith("["), f"the first {term!r} of the core is not linked"
         assert f"[{term}]{GLOSSARY}" in core, term
@@ -636,7 +685,7 @@ def test_the_training_recipe_follows_the_weights(nb):
 def test_the_training_cell_says_what_its_error_rate_means(nb):
     good_standin = nb.interpret_training(0.05, pretrained=False, standin=True)
     assert "95%" in good_standin and "tells the drawings apart" in good_standin
-    assert "teaches nothing about real birds" in good_standin
+    assert "Stand-in drawings" in good_standin and "nothing about birds" in good_standin
     poor_standin = nb.interpret_training(0.4, pretrained=False, standin=True)
     assert "not tell the drawings apart" in poor_standin and "more epochs" in poor_standin
     random_photos = nb.interpret_training(0.3, pretrained=False, standin=False)
@@ -756,7 +805,7 @@ def test_download_path_checks_what_an_interrupted_run_left_behind(nb, tmp_path, 
     planted = plant_broken_pictures(photos / "bird")  # an earlier download that was stopped half-way
     urls = {"bird": [f"{server}/good-big.jpg", f"{server}/good-small.jpg", f"{server}/page.jpg"],
             "forest": [f"{server}/good.png"]}
-    table = nb.download_dataset(urls, photos, photos / "manifest.json", timeout=1)
+    table = nb.download_dataset(urls, photos, photos / "manifest.json", download=quick_download(nb))
     assert table.loc["bird", "added"] == 2 and table.loc["bird", "images"] == 5  # the leftovers still count
 
     folder, plan = nb.pictures_to_train_on("search", photos, tmp_path / "standin", LABELS, 1, 5)
@@ -945,3 +994,343 @@ def test_on_the_cpu_going_deeper_does_not_train_again(capsys):
     space, asked = run_cpu_comparison_cell(torch.device("cpu"))
     assert asked == [] and [row["device"] for row in space["timings"]] == ["cpu", "cuda", "cpu"]
     assert "the time above is already the CPU time" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- a workshop's photo zip: Colab, Kaggle, a local path
+# Real zips made here: a good one (made by tools/make_photo_zip.py, as an instructor makes it), one with broken
+# pictures, and ones whose names try to leave the folder (zip slip). Colab's upload is a stand-in shaped like
+# google.colab.files.upload() (colabtools' google/colab/files.py): it prints "Saving <name> to <name>", writes each
+# file into the working folder and returns {file name: its bytes}, {} when the learner clicks "Cancel upload".
+
+sys.path.insert(0, str(notebook_path("03").parents[1] / "tools"))
+import make_photo_zip  # noqa: E402  (tools/make_photo_zip.py, the instructor's script)
+
+
+def zip_bytes(members):
+    """A real zip, in memory, holding {member name: bytes}."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def prepared_zip(tmp_path, per_class=4, broken=False):
+    """The zip an instructor makes with tools/make_photo_zip.py from a run's bird_or_not folder, as bytes;
+    with broken=True, the broken files of a real folder added under bird/ (a zip made by hand keeps them)."""
+    source = tmp_path / "instructor" / "bird_or_not"
+    make_photo_folder(source, per_class)
+    path = tmp_path / "instructor" / "bird_or_not.zip"
+    assert make_photo_zip.make_photo_zip(source, path) == {"bird": (per_class, 0), "forest": (per_class, 0)}
+    if broken:
+        with zipfile.ZipFile(path, "a") as archive:
+            for name, data in {"empty.jpg": b"", "page.jpg": b"<html>Access denied</html>",
+                               "cut.jpg": jpeg_bytes(400, 300)[:300]}.items():
+                archive.writestr(f"bird_or_not/bird/{name}", data)
+    return path.read_bytes()
+
+
+def test_a_good_zip_from_the_instructors_script_unpacks_into_the_dataset_folder(nb, tmp_path, capsys):
+    data = prepared_zip(tmp_path, per_class=4)
+    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    assert sorted(names)[0] == "bird_or_not/bird/photo_000.jpg" and len(names) == 8
+    dataset = tmp_path / "data" / "bird_or_not"
+    assert nb.unpack_photos(data, dataset, LABELS) == 8
+    assert nb.count_images(dataset, LABELS) == {"bird": 4, "forest": 4}
+    assert (dataset / "bird" / "photo_001.jpg").read_bytes() == (
+        tmp_path / "instructor" / "bird_or_not" / "bird" / "photo_001.jpg").read_bytes()
+    assert "Unpacked 8 new files from the uploaded zip" in capsys.readouterr().out
+    assert nb.unpack_photos(data, dataset, LABELS) == 0  # again: nothing overwritten, nothing added
+
+
+def test_a_zip_with_broken_pictures_is_unpacked_and_the_check_moves_them_aside(nb, tmp_path, capsys):
+    path = tmp_path / "bird_or_not.zip"
+    path.write_bytes(prepared_zip(tmp_path, per_class=3, broken=True))
+    dataset = tmp_path / "data" / "bird_or_not"
+    assert nb.unpack_photos(path, dataset, LABELS) == 9
+    folder, plan = nb.pictures_to_train_on("reuse", dataset, tmp_path / "standin", LABELS, 3, 2)
+    assert (folder, plan) == (dataset, "reuse")
+    assert nb.count_images(dataset, LABELS) == {"bird": 3, "forest": 3}
+    assert sorted(files_in(tmp_path / "data" / "bird_or_not_broken" / "bird")) == ["cut.jpg", "empty.jpg",
+                                                                                   "page.jpg"]
+    assert "3 picture(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("evil", ["../evil.jpg", "bird_or_not/../../evil.jpg", "bird/../../../evil.jpg",
+                                  "/tmp/evil.jpg", "..\\evil.jpg", "bird\\..\\..\\evil.jpg", "C:/evil.jpg",
+                                  "C:\\evil.jpg", "\\evil.jpg"])
+def test_a_zip_with_a_name_that_leaves_the_folder_is_refused_whole(nb, tmp_path, capsys, evil):
+    good = {f"bird_or_not/{label}/photo_{index}.jpg": jpeg_bytes(20, 20) for label in LABELS for index in range(3)}
+    data = zip_bytes({**good, evil: jpeg_bytes(20, 20)})
+    dataset = tmp_path / "inside" / "data" / "bird_or_not"
+    assert nb.member_problem(evil) is not None
+    assert nb.unpack_photos(data, dataset, LABELS) == 0
+    assert not dataset.exists()  # nothing at all was written: the good members neither
+    assert sorted(path.name for path in tmp_path.rglob("*")) == []  # and nothing outside
+    out = capsys.readouterr().out
+    assert out.startswith(f"Refused the uploaded zip: its member {evil!r} is ") and "Nothing was unpacked" in out
+
+
+@pytest.mark.parametrize("name", ["bird_or_not/bird/a..b.jpg", "bird/x.jpg", "photos/2026/bird/x.jpg",
+                                  "./bird/x.jpg"])
+def test_names_that_stay_inside_are_accepted(nb, tmp_path, name):
+    assert nb.member_problem(name) is None
+    assert nb.unpack_photos(zip_bytes({name: jpeg_bytes(10, 10)}), tmp_path / "d", LABELS) == 1
+    assert [path.relative_to(tmp_path / "d").as_posix() for path in (tmp_path / "d").rglob("*.jpg")] == [
+        f"bird/{name.rsplit('/', 1)[1]}"]
+
+
+def test_only_pictures_in_a_label_folder_are_taken_and_macos_copies_are_left_out(nb, tmp_path):
+    data = zip_bytes({"bird_or_not/manifest.json": b"{}", "bird_or_not/bird/": b"", "bird_or_not/bird/x.jpg": b"1",
+                      "__MACOSX/bird_or_not/bird/._x.jpg": b"2", "bird_or_not/bird/.DS_Store": b"3",
+                      "bird_or_not/cat/y.jpg": b"4", "bird_or_not/forest/z.jpg": b"5"})
+    assert nb.unpack_photos(data, tmp_path / "d", LABELS) == 2
+    assert sorted(path.relative_to(tmp_path / "d").as_posix() for path in (tmp_path / "d").rglob("*")
+                  if path.is_file()) == ["bird/x.jpg", "forest/z.jpg"]
+
+
+def test_a_file_that_is_no_zip_and_a_damaged_member_are_said_plainly(nb, tmp_path, capsys):
+    assert nb.unpack_photos(b"<html>not a zip</html>", tmp_path / "d", LABELS) == 0
+    assert "BadZipFile" in capsys.readouterr().out
+    assert nb.unpack_photos(None, tmp_path / "d", LABELS) == 0  # a cancelled upload: nothing to do, quietly
+    assert capsys.readouterr().out == ""
+
+    picture = jpeg_bytes(30, 30)
+    data = bytearray(zip_bytes({"bird/good.jpg": picture, "bird/bad.jpg": picture}))
+    start = data.rindex(picture)  # the second member's bytes (stored: zipfile keeps small members as they are
+    data[start + 100] ^= 0xFF  # ... or compresses them; either way its CRC-32 no longer matches)
+    assert nb.unpack_photos(bytes(data), tmp_path / "d", LABELS) == 1
+    assert "1 damaged members left out" in capsys.readouterr().out
+    assert [path.name for path in (tmp_path / "d" / "bird").iterdir()] == ["good.jpg"]
+
+
+def test_a_missing_zip_names_the_error(nb, tmp_path, capsys):
+    nb.unpack_photos(tmp_path / "nowhere.zip", tmp_path / "d", LABELS)
+    out = capsys.readouterr().out
+    assert out.startswith(f"Cannot open {tmp_path / 'nowhere.zip'} as a zip (FileNotFoundError") and not (
+        tmp_path / "d").exists()
+
+
+def kaggle_input(tmp_path, unpacked=True):
+    """Kaggle's /kaggle/input with two attached datasets: another one, and the workshop's photos, which Kaggle
+    unpacks from the uploaded zip into folders (unpacked=True) or keeps as the zip."""
+    root = tmp_path / "kaggle" / "input"
+    (root / "another-dataset" / "bird").mkdir(parents=True)  # a 'bird' folder alone is not the photos
+    (root / "another-dataset" / "train.zip").write_bytes(zip_bytes({"a.csv": b"1"}))  # nor is any zip
+    workshop = root / "bird-photos-for-the-workshop"
+    workshop.mkdir()
+    if unpacked:
+        make_photo_folder(workshop / "bird_or_not", 3)
+    else:
+        (workshop / "bird_or_not.zip").write_bytes(prepared_zip(tmp_path, per_class=3))
+    return root, workshop
+
+
+@pytest.mark.parametrize("unpacked", [True, False])
+def test_a_kaggle_dataset_is_found_and_copied_into_the_dataset_folder(nb, tmp_path, unpacked):
+    root, workshop = kaggle_input(tmp_path, unpacked)
+    dataset = tmp_path / "working" / "data" / "bird_or_not"
+    found = nb.find_prepared_photos("", [tmp_path / "working", dataset.parent], root, dataset, LABELS)
+    assert found == (workshop / "bird_or_not" if unpacked else workshop / "bird_or_not.zip")
+    assert nb.unpack_photos(found, dataset, LABELS) == 6
+    assert nb.count_images(dataset, LABELS) == {"bird": 3, "forest": 3}
+    if unpacked:
+        assert nb.count_images(workshop / "bird_or_not", LABELS) == {"bird": 3, "forest": 3}  # read only
+
+
+def test_where_the_notebook_looks_for_prepared_photos_and_in_which_order(nb, tmp_path):
+    root, workshop = kaggle_input(tmp_path)
+    here, data = tmp_path / "here", tmp_path / "here" / "data"
+    dataset = data / "bird_or_not"
+    data.mkdir(parents=True)
+    look = functools.partial(nb.find_prepared_photos, folders=[here, data], kaggle_input=root, dataset_dir=dataset,
+                             labels=LABELS)
+    assert look("") == workshop / "bird_or_not"  # Kaggle: the attached dataset
+    (data / "bird_or_not (1).zip").write_bytes(b"")  # a second upload on Colab gets a name like this
+    assert look("") == data / "bird_or_not (1).zip"
+    (here / "bird_or_not.zip").write_bytes(b"")  # beside the notebook (Colab's Files pane): first
+    assert look("") == here / "bird_or_not.zip"
+    assert look("/content/drive/MyDrive/photos.zip") == Path("/content/drive/MyDrive/photos.zip")  # PHOTO_ZIP wins
+    assert nb.find_prepared_photos("", [tmp_path / "none"], tmp_path / "no_kaggle", dataset, LABELS) is None
+
+
+@pytest.mark.parametrize("depth, found", [(4, True), (5, False)])
+def test_the_kaggle_search_stops_at_a_depth(nb, tmp_path, depth, found):
+    root = tmp_path / "input"
+    deep = root.joinpath(*[f"level{index}" for index in range(depth)])
+    make_photo_folder(deep, 1)
+    assert (nb.find_prepared_photos("", [], root, tmp_path / "bird_or_not", LABELS) == deep) == found
+
+
+def plan_namespace(nb, tmp_path, monkeypatch, **values):
+    """What the plan cell and the check cell read: the helpers, and the sizes and folders of a small run."""
+    monkeypatch.chdir(tmp_path)
+    space = {**vars(nb), "DATA_DIR": tmp_path / "data", "DATASET_DIR": tmp_path / "data" / "bird_or_not",
+             "STANDIN_DIR": tmp_path / "data" / "bird_or_not_standin", "LABELS": LABELS,
+             "MIN_IMAGES_PER_CLASS": 3, "STANDIN_PER_CLASS": 2, "KAGGLE_INPUT": tmp_path / "kaggle" / "input",
+             "UNAVAILABLE": {"ddgs"}, "internet_available": lambda: False}
+    space.update(values)
+    return space
+
+
+@pytest.mark.parametrize("where", ["kaggle", "beside the notebook"])
+def test_the_plan_cell_brings_in_a_prepared_zip_and_plans_no_search(nb, tmp_path, monkeypatch, where):
+    """Kaggle with Internet off (so no ddgs): the attached photos make the plan 'reuse'."""
+    if where == "kaggle":
+        kaggle_input(tmp_path, unpacked=False)
+    else:
+        (tmp_path / "bird_or_not.zip").write_bytes(prepared_zip(tmp_path, per_class=3))
+    space = plan_namespace(nb, tmp_path, monkeypatch)
+    out = run_cell("03", "plan", space)
+    assert space["plan"] == "reuse" and space["image_counts"] == {"bird": 3, "forest": 3}
+    assert "Unpacked 6 new files from " in out and "Plan: reuse." in out
+
+
+def test_the_plan_cell_refuses_a_zip_slip_and_falls_back_to_the_standins(nb, tmp_path, monkeypatch):
+    (tmp_path / "bird_or_not.zip").write_bytes(zip_bytes({"bird/ok.jpg": jpeg_bytes(9, 9),
+                                                          "../../outside.jpg": jpeg_bytes(9, 9)}))
+    space = plan_namespace(nb, tmp_path, monkeypatch)
+    out = run_cell("03", "plan", space)
+    assert "Refused " in out and space["plan"] == "stand-in"
+    assert not (tmp_path / "outside.jpg").exists() and not (tmp_path / "data" / "bird_or_not").exists()
+
+
+@pytest.mark.parametrize("service, counts, ask, wanted", [
+    ("Colab", {"bird": 2, "forest": 9}, True, True),
+    ("Colab", {"bird": 3, "forest": 3}, True, False),  # exactly enough: never ask
+    ("Colab", {}, True, True),  # no folder at all
+    ("Colab", {"bird": 2, "forest": 9}, False, False),  # ASK_FOR_ZIP = False
+    ("Kaggle", {"bird": 2, "forest": 9}, True, False),  # Kaggle has no upload button: attach a dataset
+    (None, {"bird": 2, "forest": 9}, True, False),  # JupyterLab, nbval: never wait
+])
+def test_the_upload_is_asked_for_only_on_colab_with_too_few_photos(nb, service, counts, ask, wanted):
+    assert nb.upload_wanted(service, counts, 3, ask) is wanted
+
+
+def colab_upload(chosen, calls):
+    """A stand-in for google.colab.files.upload(): saves each chosen file into the working folder as Colab does,
+    and returns {file name: its bytes}; {} when cancelled."""
+    def upload():
+        calls.append("upload")
+        for name, data in chosen.items():
+            print(f"Saving {name} to {name}")
+            Path(name).write_bytes(data)
+        return dict(chosen)
+    return upload
+
+
+@pytest.mark.parametrize("chosen, expected", [
+    ({"notes.txt": b"hello", "bird_or_not.zip": b"PK.."}, b"PK.."),
+    ({}, None),  # "Cancel upload"
+    ({"bird.jpg": b"..."}, None),  # a photo, not the zip
+])
+def test_ask_for_photo_zip_takes_the_zip_colab_returns(nb, tmp_path, monkeypatch, capsys, chosen, expected):
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    assert nb.ask_for_photo_zip(colab_upload(chosen, calls)) == expected and calls == ["upload"]
+    out = capsys.readouterr().out
+    assert out.startswith("Too few photos") and "'Cancel upload'" in out
+    assert ("No zip was uploaded" in out) == (expected is None)
+
+
+@pytest.fixture
+def on_colab(monkeypatch):
+    """sys.modules as on Colab: a google.colab package whose files.upload is the stand-in above."""
+    def use(chosen):
+        calls = []
+        colab = types.ModuleType("google.colab")
+        colab.files = types.SimpleNamespace(upload=colab_upload(chosen, calls))
+        monkeypatch.setitem(sys.modules, "google.colab", colab)
+        return calls
+    return use
+
+
+def test_on_colab_the_check_cell_takes_an_uploaded_zip_after_a_refused_search(nb, tmp_path, monkeypatch, on_colab):
+    calls = on_colab({"bird_or_not.zip": prepared_zip(tmp_path, per_class=3, broken=True)})
+    space = plan_namespace(nb, tmp_path, monkeypatch, plan="stand-in")  # the search was refused: too few photos
+    assert nb.hosted_service() == "Colab"
+    out = run_cell("03", "check", space)
+    assert calls == ["upload"] and "Unpacked 9 new files from the uploaded zip" in out
+    assert space["data_folder"] == tmp_path / "data" / "bird_or_not" and space["plan"] == "reuse"
+    assert "3 picture(s)" in out and "STAND-IN" not in out  # the broken ones moved aside, photos used
+
+
+def test_on_colab_a_cancelled_upload_trains_on_the_standins(nb, tmp_path, monkeypatch, on_colab):
+    calls = on_colab({})
+    space = plan_namespace(nb, tmp_path, monkeypatch, plan="search")
+    out = run_cell("03", "check", space)
+    assert calls == ["upload"] and "No zip was uploaded" in out
+    assert space["plan"] == "stand-in" and "STAND-IN DATA" in out
+
+
+@pytest.mark.parametrize("colab, photos", [(True, 3), (False, 0)])
+def test_the_check_cell_never_waits_when_no_upload_is_wanted(nb, tmp_path, monkeypatch, on_colab, colab, photos):
+    """On Colab with enough photos, and off Colab at all (JupyterLab, Kaggle, nbval), no upload widget."""
+    calls = on_colab({"bird_or_not.zip": b"never read"}) if colab else []
+    make_photo_folder(tmp_path / "data" / "bird_or_not", photos)
+    space = plan_namespace(nb, tmp_path, monkeypatch, plan="reuse" if photos else "stand-in")
+    run_cell("03", "check", space)
+    assert calls == [] and space["plan"] == ("reuse" if photos else "stand-in")
+
+
+# ---------------------------------------------------------------- what a CPU cannot show: the device reaches fastai
+
+class RecordingBlock:
+    """A DataBlock stand-in whose dataloaders record the device and batch size they were asked for."""
+
+    def __init__(self):
+        self.asked = []
+
+    def dataloaders(self, folder, device=None, bs=None):
+        self.asked.append((device, bs))
+        return types.SimpleNamespace(train=types.SimpleNamespace(new=lambda bs: range(max(0, 80 // bs))))
+
+
+def test_on_a_gpu_the_batches_are_asked_for_on_the_device(nb):
+    cuda = torch.device("cuda")
+    block = RecordingBlock()
+    space = {**vars(nb), "device": cuda, "block": block, "data_folder": "bird_or_not", "n_train": 80}
+    run_cell("03", "cell-21", space)
+    assert block.asked[0] == (cuda, 16)  # .dataloaders(data_folder, device=device, bs=batch_size)
+
+
+def test_on_a_gpu_the_training_time_is_read_after_the_gpu_finished(nb, monkeypatch):
+    """time_it synchronizes the GPU before it starts the clock and after the training, as the prose says."""
+    events = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(("synchronize", device)))
+    recorder = types.SimpleNamespace(metric_names=["epoch", "train_loss", "valid_loss", "error_rate", "time"],
+                                     values=[[0.5, 0.4, 0.05]])
+    learn = types.SimpleNamespace(recorder=recorder, fine_tune=lambda epochs: events.append(("fine_tune", epochs)))
+    space = {**vars(nb), "device": torch.device("cuda"), "pretrained": True, "plan": "reuse", "EPOCHS": 3,
+             "learn": learn}
+    out = run_cell("03", "cell-27", space)
+    cuda = torch.device("cuda")
+    assert events == [("synchronize", cuda), ("fine_tune", 3), ("synchronize", cuda)]
+    assert out.startswith("Trained on cuda in ") and space["final_error_rate"] == 0.05
+
+
+# ---------------------------------------------------------------- the figures this run reports (issue 32)
+
+@pytest.mark.parametrize("plan, pretrained, fallback", [
+    ("search", True, None), ("reuse", True, None), ("stand-in", True, "stand-in pictures"),
+    ("reuse", False, "random weights"), ("stand-in", False, "stand-in pictures, random weights")])
+def test_report_figures_gets_the_runs_figures_and_says_what_stood_in(nb, plan, pretrained, fallback):
+    reported = []
+    space = {**vars(nb), "plan": plan, "pretrained": pretrained, "EPOCHS": 3, "SCRATCH_EPOCHS": 12,
+             "data_folder": Path("bird_or_not"), "n_train": 400, "n_valid": 100, "image_size": 192,
+             "batch_size": 64, "device": torch.device("cuda"), "train_seconds": 48.0, "final_error_rate": 0.0125,
+             "report_figures": lambda fallback=None, **figures: reported.append((fallback, figures))}
+    run_cell("03", "cell-37", space)
+    epochs = 4 if pretrained else 12
+    assert reported == [(fallback, {"pictures_train": 400, "pictures_valid": 100, "image_size": 192,
+                                    "batch_size": 64, "epochs": epochs, "train_s": 48.0,
+                                    "train_s_per_epoch": round(48.0 / epochs, 2), "error_rate": 0.0125})]
+
+
+def test_report_figures_is_called_once_at_the_end_of_the_core():
+    notebook = read(notebook_path("03"))
+    calls = [cell.get("id") for cell in notebook.cells if cell.cell_type == "code" and "report_figures(" in cell.source
+             and not cell.source.startswith("#@title Shared setup")]
+    assert calls == ["cell-37"]
+    from notebook_code import core_cells
+    assert core_cells(notebook)[-1].get("id") == "cell-37"

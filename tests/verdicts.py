@@ -97,7 +97,7 @@ VERDICTS = {
                 "offline the notebook never plans a search that cannot work"),
     ],
     ("03", "check"): [
-        Verdict(r"^(STAND-IN DATA: drawn pictures in |Photos in )", "always",
+        Verdict(r"^(STAND-IN DATA: drawings in |Photos in )", "always",
                 "the cell says what the model trains on: checked photos, or stand-ins labelled as such"),
     ],
     ("03", "cell-25"): [
