@@ -353,9 +353,10 @@ def test_the_scaler_gate_on_macs_is_the_release_that_brought_the_mps_kernels():
     assert nb.release("2.7.1+cpu") == (2, 7) and nb.release("2.10.0") == (2, 10)
 
 
-def test_the_t4_reason_names_the_missing_fast_bfloat16():
+def test_the_t4_reason_names_the_missing_bfloat16_tensor_cores():
     why = nb.autocast_plan("cuda", (7, 5))[2]
-    assert "7.5" in why and "GradScaler" in why
+    assert "7.5" in why and "GradScaler" in why and "no bfloat16 Tensor Cores" in why
+    assert "bfloat16 Tensor Cores" in nb.autocast_plan("cuda", (8, 0))[2]
 
 
 @pytest.mark.parametrize("flags, starts_with", [
@@ -1116,7 +1117,7 @@ def test_after_the_profile_a_gpu_learner_reads_how_busy_the_gpu_was_and_its_busi
 @pytest.mark.parametrize("device_type, sentence", [
     ("mps", "On mps the profiler records the CPU side only (PyTorch's profiler cannot time the Apple GPU): "
             "its bars show when the CPU queued the work, not when the GPU did it."),
-    ("cpu", "On cpu there is no separate GPU row: the CPU does all the work itself."),
+    ("cpu", "On cpu: no GPU row, the CPU does all the work."),
 ])
 def test_after_the_profile_a_mac_or_a_cpu_learner_is_told_why_there_is_no_gpu_row(on_cpu, device_type, sentence):
     # PyTorch's profiler has no activity for Apple's GPU (ProfilerActivity: CPU, CUDA, XPU, ...), so a
