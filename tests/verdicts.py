@@ -108,7 +108,12 @@ VERDICTS = {
     # --- 05: find the bottleneck --------------------------------------------------------------------------
     ("05", "cell-65"): [
         Verdict(r"^All \d+ checked variants kept the results within the tolerance", "always",
-                "every speed-up keeps loss and accuracy (the correctness verdict of Step 8)"),
+                "every speed-up keeps loss and accuracy (the correctness verdict of Step 6)"),
+    ],
+    ("05", "cell-58"): [
+        Verdict(r"^CPU: .*; bfloat16 hardware: (AMX|AVX512-BF16|ARM|none|unknown)", "cpu",
+                "with the CPU as the device, Going deeper E reads its bfloat16 instructions (with a GPU "
+                "it must not: tests/test_05_faster.py)"),
     ],
     # --- 06: more than one GPU -----------------------------------------------------------------------------
     ("06", "cell-25"): [
