@@ -293,7 +293,7 @@ def minimum_minutes(words_read, visible_code_cells, t4_run_minutes):
     return words_read / WORDS_PER_MINUTE + MINUTES_PER_CODE_CELL * visible_code_cells + t4_run_minutes
 
 
-# Notebooks whose core is still being cut to the budget of issue 30 (1,500 words, 300 printed, the rule):
+# Notebooks whose core is still being cut to the budget of the workshop (1,500 words, 300 printed, the rule):
 # they keep the older cap of 2,000 markdown words and a stated estimate of at most 60 minutes until then.
 # Each notebook leaves this set when its core fits; the set must end empty.
 NOT_YET_ON_BUDGET = set()

@@ -16,7 +16,7 @@ from notebook_code import (INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE, code
 
 nb = load_helpers("01")
 
-# The calls notebook 01 teaches, each in a visible code cell of its core (issue 30; checked by
+# The calls notebook 01 teaches, each in a visible code cell of its core (checked by
 # tests/test_learner_first.py). The clock that synchronizes is tested below with a recording stand-in,
 # because a CPU cannot show what it does.
 TAUGHT_CALLS = [
@@ -559,7 +559,7 @@ def test_diagnose_gives_the_first_rule_that_applies_and_nothing_when_none_does(m
     assert nb.diagnose({}) == []
 
 
-# --- Issue 21: every decision pinned at its edges ------------------------------------------------------
+# --- every decision pinned at its edges ------------------------------------------------------
 # Each test below sits on both sides of one threshold or condition of the diagnosis, so that a
 # one-token change (< for <=, 7.0 for 7.5, "render" for "video", ...) makes one of them fail.
 
@@ -649,7 +649,7 @@ def test_needed_branch_for_each_cuda_major_and_a_default():
         450, 525, 580, 580]
 
 
-# Issue 28: on Colab the driver may say "CUDA Version: 12.4" beside a CUDA 12.6 wheel, which reads like a
+# On Colab the driver may say "CUDA Version: 12.4" beside a CUDA 12.6 wheel, which reads like a
 # contradiction; the line says why it is fine (NVIDIA's minor version compatibility, pytorch/pytorch#77528).
 COMPATIBLE_MINOR = "a driver for CUDA 12.x runs builds of every CUDA 12.x version"
 
@@ -1019,10 +1019,9 @@ def test_speed_chart_has_a_bar_per_device_labelled_on_a_log_scale(speed):
         plt.close(figure)
 
 
-# --- Issue 17: a core that fits a workshop slot, its words linked to README's glossary ----------------
+# --- what the core keeps and what waits in Going deeper -----------------------------------------------
 
 NOTEBOOK = read(notebook_path("01"))
-GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(\.\./README\.md#glossary\)")
 
 
 def going_deeper_markdown(notebook):
@@ -1043,48 +1042,7 @@ def test_driver_series_and_wheel_generations_are_told_in_going_deeper_not_in_the
     assert "cu118" in nb.CUDA11_WHEEL_INDEX and "PyTorch 2.7" in deeper and "2.7" in nb.CUDA11_TORCH
 
 
-def first_use_is_linked(text, term):
-    """True when the first match of `term` in `text` lies inside the text of a glossary link."""
-    first = re.search(term, text, re.IGNORECASE)
-    assert first, f"{term!r} is not used in the core"
-    return any(link.start(1) <= first.start() < link.end(1) for link in GLOSSARY_LINK.finditer(text))
-
-
-@pytest.mark.parametrize("term", [r"\bCUDA build", r"\bdevice\b", r"\bwheels?\b", r"\bdrivers?\b",
-                                  r"\bcapability\b", r"\bROCm\b", r"\bmps\b", r"\bkernels?\b",
-                                  r"\bJupyter kernel", r"\bGPU kernel", r"\blaunch", r"\bsynchroni[sz]e",
-                                  r"FLOP/s"])
-def test_first_use_of_each_glossary_word_in_the_core_links_to_the_glossary(term):
-    assert first_use_is_linked(" ".join(core_markdown(NOTEBOOK).split()), term)
-
-
-def test_the_glossary_links_point_to_words_readme_explains():
-    glossary = (notebook_path("01").parents[1] / "GLOSSARY.md").read_text()
-    terms = {re.sub(r"\s*\(.*\)", "", term).lower()  # "launch (of a GPU kernel)" -> "launch"
-             for bold in re.findall(r"\*\*(.+?)\*\*", glossary) for term in bold.split(", ")}
-    assert {"wheel", "cuda build", "driver", "gpu kernel", "jupyter kernel", "synchronize"} <= terms
-    for link in GLOSSARY_LINK.finditer(" ".join(core_markdown(NOTEBOOK).split())):
-        word = link.group(1).strip("`*").lower()
-        assert any(term in word for term in terms), f"{word!r} is not a word of README's glossary"
-
-
-def test_kernel_always_says_which_kernel():
-    """In the prose and in every message the lesson prints: a Jupyter kernel or a GPU kernel."""
-    texts = [cell.source for cell in NOTEBOOK.cells if cell.cell_type == "markdown"]
-    for source in code_cells(NOTEBOOK):
-        if source.startswith((INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE)):
-            continue  # the two setup cells belong to the whole collection
-        texts += [node.value for node in ast.walk(ast.parse(source))
-                  if isinstance(node, ast.Constant) and isinstance(node.value, str)]
-    for text in texts:
-        text = " ".join(text.replace("[", "").split())
-        for found in re.finditer(r"\bkernels?\b", text, re.IGNORECASE):
-            before, after = text[max(0, found.start() - 8):found.start()], text[found.end():]
-            assert before.endswith(("Jupyter ", "GPU ")) or after.startswith(" image is available"), (
-                text[max(0, found.start() - 60):found.end() + 20])
-
-
-# --- Issue 21: the GPU, Mac and Intel branches of 01's cells, run with stand-ins shaped like torch's API --
+# --- the GPU, Mac and Intel branches of 01's cells, run with stand-ins shaped like torch's API --
 
 def stand_in_gpus(monkeypatch, names):
     """torch.cuda as on a machine with these GPUs (NVIDIA, or AMD under ROCm: the same calls)."""
@@ -1223,7 +1181,7 @@ def test_synchronized_clock_waits_for_the_device_before_each_reading(monkeypatch
     assert waited == ["cuda", "cuda"] and second >= first
 
 
-# --- Issue 21: the two measurements, run for real on the CPU -------------------------------------------
+# --- the two measurements, run for real on the CPU -------------------------------------------
 
 @pytest.fixture
 def clocks(monkeypatch):
@@ -1254,7 +1212,7 @@ def test_a_copy_is_timed_on_a_clock_that_waits_for_the_device(clocks):
     assert clocks and set(clocks) == {torch.device("cpu")}
 
 
-# --- Issue 30: the timing taught in Step 5, the made-up diagnosis in Going deeper, the figures reported ---
+# --- the timing taught in Step 5, the made-up diagnosis in Going deeper, the figures reported ---
 
 class RecordingTimer:
     """Stands in for torch.utils.benchmark.Timer: notes how it is built and reads its clock twice."""
@@ -1340,5 +1298,5 @@ def test_the_core_reports_the_figures_it_measured_once(machine, expected):
 
 
 def test_no_dtype_is_chosen_by_is_bf16_supported_alone():
-    """Issue 28: a T4 answers True through emulation (pytorch/pytorch#148322); 01 chooses no dtype by it."""
+    """A T4 answers True through emulation (pytorch/pytorch#148322); 01 chooses no dtype by it."""
     assert not any("is_bf16_supported" in source for source in code_cells(NOTEBOOK))

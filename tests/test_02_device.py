@@ -28,7 +28,7 @@ def nb():
     return load_helpers("02")
 
 
-# The calls notebook 02 teaches, each in a visible code cell of its core (issue 30; checked by
+# The calls notebook 02 teaches, each in a visible code cell of its core (checked by
 # tests/test_learner_first.py). Those whose effect a CPU cannot show (synchronize around the clock,
 # non_blocking, pin_memory, the CUDA memory counters) are tested below with recording stand-ins.
 TAUGHT_CALLS = [
@@ -228,7 +228,7 @@ def test_train_epochs_lowers_the_loss_of_a_tiny_regression(nb):
     assert all(row["seconds"] > 0 for row in rows)
 
 
-# --- issue 8: weights_only is much safer, not safe ----------------------------------------------------
+# --- weights_only is much safer, not safe ----------------------------------------------------
 
 TORCH_LOAD_WARNING = "Never load data from an untrusted source"
 
@@ -260,7 +260,7 @@ def test_weights_only_is_never_called_safe():
     assert "much safer" in markdown and "untrusted" in markdown
 
 
-# --- issue 8: every table a learner reads is rounded --------------------------------------------------
+# --- every table a learner reads is rounded --------------------------------------------------
 
 def test_readable_rounds_every_float_column_and_leaves_the_rest():
     table = pd.DataFrame({"run": ["a", "b"], "ms": [37.500000001, 2.2512345], "count": [3, 4],
@@ -313,7 +313,7 @@ def test_summarize_run_reports_milliseconds_per_epoch(nb):
                                            "ms_per_epoch": 500.0}
 
 
-# --- issue 8: the GPU-only branches, against PyTorch's documented API ---------------------------------
+# --- the GPU-only branches, against PyTorch's documented API ---------------------------------
 
 def test_every_torch_cuda_call_exists_and_is_not_deprecated():
     names = set()
@@ -498,7 +498,7 @@ def test_feeding_story_prints_short_lines_that_read_the_table(nb):
         "The loss did NOT go down in: regression, data on device, sliced batches.")
 
 
-# Issue 28: on a GPU the line about the copies follows the measured ratio of "moved per batch" to "data
+# On a GPU the line about the copies follows the measured ratio of "moved per batch" to "data
 # on device, DataLoader" on each side of its boundaries (1.2 and 1 / 1.2): a ratio near 1.0 on a T4 must not
 # be read as a cost of the copies.
 @pytest.mark.gpu_branch("02", "copy_verdict: device.type == 'cpu'")
@@ -524,7 +524,7 @@ def test_the_line_about_copies_follows_the_measured_ratio_on_a_gpu(nb, moved_ms,
     assert nb.COPY_COST_RATIO == 1.2
 
 
-# --- issue 12: learner first ---------------------------------------------------------------------------
+# --- learner first ---------------------------------------------------------------------------
 
 def _visible_code_cells():
     return [source for source in notebook_text("code") if not source.startswith("#@title")]
@@ -549,7 +549,7 @@ def test_core_ends_in_the_summary_and_going_deeper_holds_the_rest():
         assert topic in going_deeper and topic not in core, topic
 
 
-# --- Issue 16: the real device-mismatch errors on a GPU, the `meta` stand-in without one ----------------
+# --- the real device-mismatch errors on a GPU, the `meta` stand-in without one ----------------
 
 # PyTorch's own messages on a CUDA GPU: aten/src/ATen/native/tensor_numpy.cpp and TensorIterator.cpp
 # (TensorIterator takes the first non-CPU device as the common one, so the order of the operands
@@ -648,7 +648,7 @@ def test_the_core_mixes_devices_through_not_the_cpu_only():
             assert not re.search(r'(device=|\.to\()\s*"meta"', cell.source), cell.source
 
 
-# --- Issue 16: Step 1 times making on the CPU, the copy, and making on the device as three rows -------
+# --- Step 1 times making on the CPU, the copy, and making on the device as three rows -------
 
 def test_step_1_times_the_cpu_work_the_copy_and_the_device_separately(nb, monkeypatch):
     # `meta` stands in for the GPU: a copy to it and creation on it are real, and need no GPU.
@@ -695,7 +695,7 @@ def test_creation_story_on_the_cpu_says_nothing_is_copied(nb):
     assert "detour" not in story
 
 
-# --- Issue 17: the figure of where a tensor lives -------------------------------------------------------
+# --- the figure of where a tensor lives -------------------------------------------------------
 
 @pytest.mark.gpu_branch("02", "draw_where_tensors_live: device.type == 'cuda'")
 @pytest.mark.gpu_branch("02", "draw_where_tensors_live: device.type == 'cpu'")
@@ -721,7 +721,7 @@ def test_the_figure_draws_pageable_pinned_and_gpu_memory_and_the_copies(nb, devi
         plt.close(figure)
 
 
-# --- Issue 21: the `device.type == "cuda"` cells, run with stand-ins shaped like torch.cuda ------------
+# --- the `device.type == "cuda"` cells, run with stand-ins shaped like torch.cuda ------------
 
 @pytest.mark.gpu_branch("02", "cell cell-39c: device.type == 'cuda'")
 def test_step_5_memory_cell_on_a_cuda_gpu(nb, monkeypatch):
@@ -828,7 +828,7 @@ def test_going_deeper_a_times_a_cpu_copy_of_each_model_off_the_cpu(nb, monkeypat
     assert timed == [("cpu", "cpu", "cpu")]  # timed once: no second copy on the CPU
 
 
-# --- Issue 21: every condition of the helpers on both sides ----------------------------------------------
+# --- every condition of the helpers on both sides ----------------------------------------------
 
 def test_readable_keeps_at_most_four_decimals_and_no_fewer_than_zero(nb):
     shown = nb.readable(pd.DataFrame({"tiny": [0.0000123, 1.0], "big": [123456.7, 7.5]}))
@@ -862,31 +862,7 @@ def test_device_kinds_in_plain_words(nb, device_type, words):
     assert words in nb.DEVICE_KINDS[device_type] and "xpu" not in nb.DEVICE_KINDS
 
 
-# --- Issue 17: a core that fits a workshop slot, its words linked to README's glossary ----------------
-
-GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(\.\./README\.md#glossary\)")
-
-
-def core_prose():
-    """The core's markdown without its headings, on one line."""
-    core = core_markdown(read(notebook_path("02")))
-    return " ".join(" ".join(line for line in core.splitlines() if not line.startswith("#")).split())
-
-
-@pytest.mark.parametrize("term", [r"\btensors?\b", r"\bdevices?\b", r"\bbatch(es)?\b", r"\bepochs?\b",
-                                  r"\bpinned\b", r"\bmps\b", r"\bROCm\b", r"\bdrivers?\b"])
-def test_first_use_of_each_glossary_word_in_the_core_links_to_the_glossary(term):
-    text = core_prose()
-    first = re.search(term, text, re.IGNORECASE)
-    assert first and any(link.start(1) <= first.start() < link.end(1)
-                         for link in GLOSSARY_LINK.finditer(text)), text[first.start() - 80:first.end()]
-
-
-def test_kernel_always_says_which_kernel():
-    for text in notebook_text("markdown"):
-        text = " ".join(text.replace("[", "").split())
-        for found in re.finditer(r"\bkernels?\b", text, re.IGNORECASE):
-            assert text[:found.start()].endswith(("Jupyter ", "GPU ")), text[found.start() - 60:found.end()]
+# --- the helpers that time a forward pass and a training loop ------------------------------------------
 
 
 def test_forward_seconds_times_an_eval_forward_pass_without_gradients(nb, monkeypatch):
@@ -917,7 +893,7 @@ def test_small_cnn_classifies_images_of_its_size_into_four_classes(nb, size):
                        nb.new_cnn(torch.device("cpu")).classifier[1].weight)  # the same start
 
 
-# --- Issue 30: the timed loop in view, tested where a CPU cannot show what it does -------------------------
+# --- the timed loop in view, tested where a CPU cannot show what it does -------------------------
 
 class MovedByTo:
     """A batch tensor that notes each .to(device, non_blocking=...) made on it, then gives the tensor."""
@@ -1079,5 +1055,5 @@ def test_the_core_reports_the_figures_it_measured_once(nb, elsewhere, pinned, fa
 
 
 def test_no_dtype_is_chosen_by_is_bf16_supported_alone():
-    """Issue 28: a T4 answers True through emulation (pytorch/pytorch#148322); 02 chooses no dtype by it."""
+    """A T4 answers True through emulation (pytorch/pytorch#148322); 02 chooses no dtype by it."""
     assert not any("is_bf16_supported" in source for source in notebook_text("code"))

@@ -651,20 +651,6 @@ def test_the_workshop_row_names_the_colab_t4():
     assert workshop_row.split("|")[1].strip().startswith("Workshop") and "T4" in workshop_row
 
 
-GLOSSARY = "(../README.md#glossary)"
-
-
-def test_first_uses_link_the_glossary_and_kernel_always_says_which():
-    core = core_markdown(read(notebook_path("03")))
-    for term in ("`device`", "epochs", "batch", "MPS", "synchronizes", "CUDA"):
-        first = re.search(rf"\[{re.escape(term)}\]\(|(?<![\w`]){re.escape(term)}(?!\w)", core)
-        assert first and first.group().startswith("["), f"the first {term!r} of the core is not linked"
-        assert f"[{term}]{GLOSSARY}" in core, term
-    for match in re.finditer(r"kernel", markdown_text(), re.IGNORECASE):
-        before = markdown_text()[max(0, match.start() - 8):match.start()]
-        assert "GPU" in before or "Jupyter" in before, before
-
-
 def test_the_training_recipe_follows_the_weights(nb):
     calls = []
 
@@ -1309,7 +1295,7 @@ def test_on_a_gpu_the_training_time_is_read_after_the_gpu_finished(nb, monkeypat
     assert out.startswith("Trained on cuda in ") and space["final_error_rate"] == 0.05
 
 
-# ---------------------------------------------------------------- the figures this run reports (issue 32)
+# ---------------------------------------------------------------- the figures this run reports
 
 @pytest.mark.parametrize("plan, pretrained, fallback", [
     ("search", True, None), ("reuse", True, None), ("stand-in", True, "stand-in pictures"),

@@ -160,7 +160,7 @@ def test_break_even_makes_both_devices_equally_fast():
         assert nb.break_even_flops_per_launch(40e-6, 30e9, 20e-6, 10e12, overlap_b=overlap) == 0.0
 
 
-# --- issue 8 (4a): on a GPU launches and arithmetic overlap, so a step costs the larger of the two ------
+# --- on a GPU launches and arithmetic overlap, so a step costs the larger of the two ------
 
 GPU = (10e-6, 8e12)  # made up: 10 µs per launch, 8 TFLOP/s
 CPU = (5e-6, 100e9)  # made up: 5 µs per launch, 100 GFLOP/s
@@ -283,7 +283,7 @@ def test_reference_results_are_a_full_size_cpu_run():
     assert (table.s_per_100_epochs > 0).all() and table.accuracy_pct.between(0, 100).all()
 
 
-# --- issue 8 (4b): naive versus synchronized timing of work long enough to show the difference ----------
+# --- naive versus synchronized timing of work long enough to show the difference ----------
 
 def test_sync_demo_uses_a_large_product_on_a_gpu():
     assert nb.sync_demo_size(torch.device("cpu")) < nb.sync_demo_size(torch.device("cuda")) == 4096
@@ -325,7 +325,7 @@ def test_benchmark_timer_on_the_cpu_measures_the_work(monkeypatch):
     assert measurement.median >= 0.002 and synced == []  # the CPU needs no synchronize
 
 
-# --- issue 8 (4c): the range of FLOPs per operation comes from the formulas, not from the prose ----------
+# --- the range of FLOPs per operation comes from the formulas, not from the prose ----------
 
 def test_flops_per_launch_sentence_matches_the_formulas():
     depths = list(range(2, 13))
@@ -344,7 +344,7 @@ def test_prose_does_not_state_the_wrong_flops_range():
     assert "about a hundred for the 2-layer model" not in markdown
 
 
-# --- issue 8 (4d): the tables a learner reads are rounded ------------------------------------------------
+# --- the tables a learner reads are rounded ------------------------------------------------
 
 def test_readable_rounds_floats_to_three_significant_digits():
     table = pd.DataFrame({"name": ["a", "b", "c"], "params": [22, 70, 11_201_190],
@@ -367,7 +367,7 @@ def test_layer_report_prints_rounded_percentages():
     assert (dead == dead.round(1)).all(), dead.tolist()
 
 
-# --- issue 8 (5): every code line fits in 100 characters ---------------------------------------------
+# --- every code line fits in 100 characters ---------------------------------------------
 
 def test_code_lines_are_at_most_100_characters():
     for cell in read(notebook_path("04")).cells:
@@ -376,7 +376,7 @@ def test_code_lines_are_at_most_100_characters():
                 assert len(line) <= 100, line
 
 
-# --- issue 12: the cells print their own reading of their own numbers ---------------------------------
+# --- the cells print their own reading of their own numbers ---------------------------------
 
 def test_cold_warm_sentence_reads_the_numbers():
     cold = nb.describe_cold_warm("cuda", cold_s=0.9, warm_s=0.03)
@@ -443,7 +443,7 @@ def test_batch_sentence():
     assert "other programs" in nb.describe_batch_effect("cpu", pd.Series([151.0, 4.9], index=[2, 6]))
 
 
-# --- issue 12: the notebook's shape: a short core ending in its Summary, then Going deeper ------------
+# --- the notebook's shape: a short core ending in its Summary, then Going deeper ------------
 
 def _cells():
     return read(notebook_path("04")).cells
@@ -480,7 +480,7 @@ def test_prose_does_not_say_what_here_printed():
                 assert phrase not in cell.source.lower(), (phrase, cell.source[:80])
 
 
-# --- issue 17: a core that fits a workshop slot, its words explained or linked ------------------------------
+# --- what the core keeps and what waits in Going deeper -------------------------------------------------
 
 def test_the_timer_anecdote_and_version_trivia_moved_to_going_deeper():
     notebook = read(notebook_path("04"))  # the budget itself: test_learner_first.py, for every notebook
@@ -491,24 +491,7 @@ def test_the_timer_anecdote_and_version_trivia_moved_to_going_deeper():
     assert "0.04 and 1.9 s" in deeper and "from PyTorch 2.9 on" in deeper
 
 
-GLOSSARY = "(../README.md#glossary)"
-
-
-def test_first_uses_link_the_glossary_and_kernel_always_says_which():
-    core = core_markdown(read(notebook_path("04")))
-    for term in ("`synchronize`", "device", "epochs", "batch", "tensors", "CUDA", "GPU kernels", "launches",
-                 "FLOP/s", "accelerators"):
-        first = re.search(rf"\[{re.escape(term)}\]\(|(?<![\w`\[]){re.escape(term)}(?![\w/])", core)
-        assert first and first.group().startswith("["), f"the first {term!r} of the core is not linked"
-        assert f"[{term}]{GLOSSARY}" in core, term
-    sources = [cell.source for cell in _cells()]
-    for text in sources:
-        for match in re.finditer(r"kernel", text, re.IGNORECASE):
-            before = text[max(0, match.start() - 8):match.start()]
-            assert "GPU" in before or "Jupyter" in before or "KAGGLE_" in before, text[match.start() - 60:][:80]
-
-
-# --- issue 21: the GPU branches, run on the CPU with stand-ins shaped like the real torch API ---------------
+# --- the GPU branches, run on the CPU with stand-ins shaped like the real torch API ---------------
 
 @pytest.mark.gpu_branch("04", "devices_to_compare: device.type != 'cpu'")
 def test_devices_to_compare_holds_the_cpu_and_the_accelerator():
@@ -528,7 +511,7 @@ def test_describe_device_names_a_cuda_gpu_by_its_name(monkeypatch):
     assert nb.describe_device(torch.device("mps")) == "mps" and len(asked) == 1
 
 
-# --- issue 28: the busy-machine warning judges what the notebook itself does not cause --------------------
+# --- the busy-machine warning judges what the notebook itself does not cause --------------------
 
 @pytest.mark.parametrize("second_slowest, busy", [(1.49, False), (1.5, True), (3.0, True)])
 def test_machine_is_busy_when_the_same_epoch_varies_by_half_or_more(second_slowest, busy):
@@ -725,7 +708,7 @@ def test_benchmark_timer_synchronizes_a_cuda_gpu_after_every_run(monkeypatch, ac
     assert all(events[index + 1] == ("sync", torch.device("cuda")) for index in runs), events
 
 
-# --- issue 21: every verdict on both sides of its edge ---------------------------------------------------
+# --- every verdict on both sides of its edge ---------------------------------------------------
 
 @pytest.mark.parametrize("cold_s, start_up", [(1.2, True), (1.19, False)])
 def test_cold_warm_verdict_at_its_edge(cold_s, start_up):
@@ -856,7 +839,7 @@ def test_plot_timings_draws_this_run_saved_runs_and_each_crossover():
     plt.close(figure)
 
 
-# --- issue 30: what a CPU cannot show, recorded: every timed epoch of the sweep is synchronized ---------------
+# --- what a CPU cannot show, recorded: every timed epoch of the sweep is synchronized ---------------
 
 def test_time_training_synchronizes_the_device_around_every_timed_epoch(monkeypatch):
     """time_training times with time_it, which synchronizes the device before it starts the clock and after
@@ -874,7 +857,7 @@ def test_time_training_synchronizes_the_device_around_every_timed_epoch(monkeypa
     assert row["epochs"] == 4
 
 
-# --- issue 30: the plot right after the sweep; the data bug in Going deeper ---------------------------------
+# --- the plot right after the sweep; the data bug in Going deeper ---------------------------------
 
 def test_the_sweep_plot_comes_right_after_the_sweep():
     ids = [cell.get("id") for cell in _cells()]
@@ -893,7 +876,7 @@ def test_the_articles_data_bug_is_in_going_deeper_with_two_sentences_in_the_core
     assert "1 point in 8" in step1 and "*Going deeper*" in step1
 
 
-# --- issue 32: the figures of this run, once, at the end of the core -----------------------------------------
+# --- the figures of this run, once, at the end of the core -----------------------------------------
 
 def test_report_figures_gets_the_crossover_and_each_devices_two_numbers():
     reported = []

@@ -43,8 +43,8 @@ nb = load_helpers("05")
 NOTEBOOK = read(notebook_path("05"))
 CPU = torch.device("cpu")
 
-# The calls notebook 05 teaches, each in a visible code cell of its core (test_learner_first.py checks it;
-# issue 30): the DataLoader's worker and pinned-memory arguments and the copy that does not wait, the
+# The calls notebook 05 teaches, each in a visible code cell of its core (test_learner_first.py checks it):
+# the DataLoader's worker and pinned-memory arguments and the copy that does not wait, the
 # timing of a part of a training step (synchronize, then read the clock), the profiler, Adam's fused form,
 # and mixed precision as PyTorch's AMP recipe writes it. The tests below check, with stand-ins that record
 # each call, that the ones whose effect a CPU cannot show are made with the arguments the prose says.
@@ -181,7 +181,7 @@ def test_on_device_batches_cover_every_picture_once_per_epoch_in_a_fixed_order()
     assert all(torch.equal(a[1], next(again)[1]) for a in epoch)
 
 
-# --- fastai's DataLoader: what it really starts (issue 16) --------------------------------------------
+# --- fastai's DataLoader: what it really starts --------------------------------------------
 
 @pytest.mark.parametrize("platform_name", ["linux", "darwin", "win32"])
 @pytest.mark.parametrize("in_notebook", [False, True])
@@ -253,7 +253,7 @@ def test_a_cuda_gpu_gets_inductor_exactly_with_triton_and_a_c_compiler(has_trito
 
 
 def test_cuda_with_triton_but_without_a_compiler_falls_back():
-    # issue 21: on such a machine torch.compile with Inductor fails at its first call
+    # On such a machine torch.compile with Inductor fails at its first call
     backend, why = nb.choose_compile_backend("cuda", None, None, has_triton=True)
     assert backend == "aot_eager" and "C compiler" in why and "Triton" not in why.split("missing")[0]
 
@@ -297,7 +297,7 @@ def test_without_a_compiler_the_fallback_backend_really_compiles_and_trains(monk
     assert all(parameter.grad is not None for parameter in model.parameters())
 
 
-# --- the fused optimizer's devices (issue 16) --------------------------------------------------------
+# --- the fused optimizer's devices --------------------------------------------------------
 
 @pytest.mark.parametrize("device_type", ["cpu", "cuda", "mps", "xpu"])
 def test_fused_adam_runs_on_cpus_cuda_mps_and_xpu(device_type):
@@ -1024,14 +1024,7 @@ def test_the_core_ends_with_one_summary_and_the_compiler_internals_below_it():
     assert "TorchDynamo" not in core and "AOTAutograd" not in core and "torch.compile" in core
 
 
-@pytest.mark.parametrize("term", ["device", "batches", "synchronizes", "GPU kernel", "launch", "FLOP/s",
-                                  "epoch", "pinned memory", "Autocast", "tensor", "compute capability",
-                                  "processes", "mixed precision", "CUDA", "MPS"])
-def test_the_core_links_its_terms_to_the_glossary(term):
-    assert f"[{term}](../README.md#glossary)" in core_markdown(NOTEBOOK)
-
-
-# --- the notebook's top-level cells, run whole on a GPU, a Mac and a CPU (issue 21) -------------------
+# --- the notebook's top-level cells, run whole on a GPU, a Mac and a CPU -------------------
 # notebook_code.run_cell runs a cell from a file of its own (so coverage counts it) in a namespace of the
 # notebook's helpers and stand-ins for `device` and torch.cuda, shaped like the real API's answers.
 
@@ -1221,7 +1214,7 @@ def test_going_deeper_reads_step_5s_bfloat16_result_with_the_cpus_instructions(f
 @pytest.mark.gpu_branch("05", "cell cell-58: device.type == 'cpu'")
 @pytest.mark.parametrize("device_type", ["cpu", "cuda", "mps"])
 def test_the_cpu_bfloat16_detour_shows_the_cpus_flags_only_when_the_device_is_the_cpu(device_type):
-    # issue 28: a T4 learner's training step runs on the GPU; the host CPU's flags say nothing about it
+    # A T4 learner's training step runs on the GPU; the host CPU's flags say nothing about it
     asked = []
     namespace = {**vars(nb), "device": torch.device(device_type), "results": measured_autocast("slower"),
                  "cpu_flags": lambda: asked.append("flags") or AMX}
@@ -1312,7 +1305,7 @@ def test_on_a_cpu_fastais_mixed_precision_leaves_float32_and_the_notebooks_callb
                        "autocast only. The DeviceAutocast callback ran them in bfloat16.")
 
 
-# --- Issue 21: the helpers' remaining branches --------------------------------------------------------
+# --- the helpers' remaining branches --------------------------------------------------------
 
 def test_before_pytorch_2_9_run_conditions_switch_tf32_with_allow_tf32(monkeypatch):
     # PyTorch 2.8 and older (Colab's and Kaggle's images can lag) have no matmul.fp32_precision; their

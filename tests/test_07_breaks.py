@@ -54,7 +54,7 @@ from notebook_code import (SHARED_CELL_FIRST_LINE, code_cells, core_cells, helpe
 nb = load_helpers("07")
 NOTEBOOK = read(notebook_path("07"))
 
-# The PyTorch calls notebook 07 teaches, each in a visible code cell of its core (issue 30).
+# The PyTorch calls notebook 07 teaches, each in a visible code cell of its core.
 TAUGHT_CALLS = [
     r'"CUDA_LAUNCH_BLOCKING": "1"',
     r"\.register_forward_hook\(",

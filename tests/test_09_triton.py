@@ -593,7 +593,7 @@ def test_no_timing_message_says_why(nb):
     assert "Without a working Triton" in nb.no_timing_message("shown")
 
 
-# --- The figures the core reports (issue 32): report_figures once, near the end of the core ----------
+# --- The figures the core reports: report_figures once, near the end of the core ----------
 
 def test_kernel_figures_keep_each_check_and_on_a_gpu_each_of_your_kernels_speeds(nb):
     checks = {"vector add": "passed", "matrix product": "failed"}

@@ -8,7 +8,7 @@ from the notebook model, because the page draws a traceback and a warning on std
 dialog (a dead kernel opens one) and no error in the browser console; the figures are on the page
 as images and the tables as HTML tables, as many as the notebook's own source promises; warnings
 shown in red are ones the prose explains (ALLOWED_STDERR); every verdict tests/verdicts.py expects on
-this machine is on the page; cells folded with `#@title` are shown folded. It saves a screenshot of each notebook under the pytest temporary folder
+this machine is on the page; cells folded with `#@title` are shown folded; every glossary link has its entry on the page. It saves a screenshot of each notebook under the pytest temporary folder
 (`browser-screenshots/`), and stops the server, its kernels and the browser by process id.
 
 The notebooks run in fast mode (TUTORIAL_FAST=1) whatever the command line says. Without a
@@ -357,6 +357,19 @@ CELLS = f"""path => {{
 }}"""
 
 
+# The in-page links of the rendered markdown (a notebook uploaded alone has nothing beside it), and those
+# whose target the page lacks. JupyterLab's sanitizer turns each glossary entry's <a id="x"> into
+# data-jupyter-id="x", which its handler of in-page links scrolls to (Colab and nbviewer keep the id).
+LINKS = f"""path => {{
+    const panel = ({FIND_PANEL})(path);
+    const hrefs = Array.from(panel.content.node.querySelectorAll('.jp-RenderedMarkdown a[href^="#"]'))
+        .map(a => a.getAttribute('href'));
+    const missing = hrefs.filter(h => h.startsWith('#glossary-') && !panel.content.node.querySelector(
+        '[data-jupyter-id="' + h.slice(1) + '"]'));
+    return {{glossary: hrefs.filter(h => h.startsWith('#glossary-')).length, missing: missing}};
+}}"""
+
+
 def run_all_cells_through_the_menu(page):
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
@@ -458,6 +471,7 @@ def test_notebook_runs_in_jupyterlab_in_a_browser(notebook, lab, browser, screen
         progress = wait_until_done(page, path, NOTEBOOK_SECONDS)
         cells = page.evaluate(CELLS, path)
         statuses = page.evaluate("() => window.kernelStatuses")
+        links = page.evaluate(LINKS, path)
         full_screenshot(page, path, screenshot_folder / f"{notebook.stem}.png")
     finally:
         page.close()
@@ -494,6 +508,11 @@ def test_notebook_runs_in_jupyterlab_in_a_browser(notebook, lab, browser, screen
                if (found := missing_verdicts(notebook.name[:2], file_cells[index].get("id"),
                                              cell["model"]["outputs"]))]
     assert not missing, "\n".join(missing)
+
+    wanted_links = sum(len(re.findall(r"\]\(#glossary-", cell.source)) for cell in file_cells
+                       if cell.cell_type == "markdown")
+    assert links["glossary"] == wanted_links, f"{links['glossary']} glossary links on the page, {wanted_links} in the file"
+    assert not links["missing"], f"glossary links whose entry the page lacks: {links['missing']}"
 
     folded = [index for index, cell in enumerate(cells) if folded_by_title(cell["model"]["source"])]
     shown_open = [index for index in folded if not cells[index]["input_hidden"] or cells[index]["editor_visible"]]

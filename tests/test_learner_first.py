@@ -166,14 +166,15 @@ def test_the_core_ends_at_the_summary_and_folded_cells_are_not_counted():
     assert len(core_cells(notebook)) == 2 + 3 + 1
 
 
-GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(\.\./README\.md#glossary\)")
+GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(#glossary-[a-z0-9-]+\)")  # to the notebook's "Words used here"
 
 
 def glossary_terms():
-    """The bold terms of the glossary (GLOSSARY.md), lower case ("launch (of a GPU kernel)" -> "launch")."""
+    """The bold terms of the glossary (GLOSSARY.md), lower case, what is in brackets left out
+    ("launch (of a GPU kernel)" -> "launch", "percentile (p50, p95, p99)" -> "percentile")."""
     glossary = (REPO / "GLOSSARY.md").read_text()
-    return {re.sub(r"\s*\(.*\)", "", term).lower()
-            for bold in re.findall(r"\*\*(.+?)\*\*", glossary) for term in bold.split(", ")}
+    return {term.lower() for bold in re.findall(r"\*\*(.+?)\*\*", glossary)
+            for term in re.sub(r"\s*\(.*?\)", "", bold).split(", ")}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
@@ -232,9 +233,9 @@ def test_a_first_use_counts_only_in_prose_and_only_when_it_is_the_link():
         return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(t) for t in texts])
 
     terms = {"tensor", "cuda", "launch"}
-    linked = "A [tensor](../README.md#glossary) lives on a device; a tensor is PyTorch's array."
+    linked = "A [tensor](#glossary-tensor) lives on a device; a tensor is PyTorch's array."
     assert unlinked_first_uses(notebook("# Tensors", linked), "02", terms) == []
-    later = "Every tensor has a device. A [tensor](../README.md#glossary) again."
+    later = "Every tensor has a device. A [tensor](#glossary-tensor) again."
     assert unlinked_first_uses(notebook(later), "02", terms)[0][0] == "tensor"
     # in code, in a heading, in a compound word or in a link's address it is no use; plurals are
     assert unlinked_first_uses(notebook("`tensor` and a launch-bound step", "[x](tensor.html)"),
@@ -249,15 +250,95 @@ def test_a_first_use_counts_only_in_prose_and_only_when_it_is_the_link():
     assert unlinked_first_uses(notebook("Intro.", "## Summary\n\nA tensor."), "02", terms) == []
 
 
+def kernel_uses(notebook):
+    """(text around it) for each 'kernel' the learner reads that does not say which: in the markdown and
+    in every string the notebook's code holds (what it prints), a Jupyter kernel or a GPU kernel (Triton's
+    kernels are GPU kernels too; an image 'kernel' is the operating system's)."""
+    texts = [cell.source for cell in notebook.cells if cell.cell_type == "markdown"]
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            try:
+                tree = ast.parse(cell.source)
+            except SyntaxError:  # a cell of shell commands (!pip ...): its text as it is
+                texts.append(cell.source)
+                continue
+            texts += [node.value for node in ast.walk(tree)
+                      if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    found = []
+    for text in texts:
+        text = re.sub(r"\]\([^)]*\)|<[^>]+>|[\[*]", "", text)  # link targets, HTML tags, markup
+        text = " ".join(text.replace("Kernel > Restart Kernel", "").split())  # JupyterLab's menu
+        for use in re.finditer(r"(?<![\w/])kernels?\b(?![_./-]\w)", text, re.IGNORECASE):
+            before, after = text[:use.start()], text[use.end():]
+            if not (before.endswith(("Jupyter ", "GPU ", "Triton ")) or after.startswith(" image")):
+                found.append(text[max(0, use.start() - 60):use.end() + 20])
+    return found
+
+
+# Where a learner meets both kernels (01-04), every "kernel" says which. From 05 on both are known, and
+# the first use says which: 09, about GPU kernels only, would otherwise say "GPU kernel" some 70 times.
+EVERY_USE_SAYS_WHICH = {"01", "02", "03", "04"}
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
-def test_kernel_says_which_kernel_at_its_first_use_and_a_restart_names_jupyters(path):
+def test_kernel_says_which_kernel_and_a_restart_names_jupyters(path):
+    uses = kernel_uses(read(path))
+    if path.name[:2] in EVERY_USE_SAYS_WHICH:
+        assert uses == []
     prose = " ".join(" ".join(cell.source for cell in read(path).cells
                               if cell.cell_type == "markdown").replace("[", "").split())
     first = re.search(r"\bkernels?\b", prose, re.IGNORECASE)
     if first:
         assert prose[:first.start()].endswith(("Jupyter ", "GPU ")), prose[first.start() - 60:first.end()]
-    restarts = re.findall(r"restart(?:ing)? (?:the|your) (\w+ )?kernel", prose, re.IGNORECASE)
+    prose = " ".join(cell.source for cell in read(path).cells if cell.cell_type == "markdown")
+    restarts = re.findall(r"restart(?:ing)? (?:the|your) (\w+ )?kernel", " ".join(prose.split()), re.I)
     assert all(word.strip().lower() == "jupyter" for word in restarts), restarts
+
+
+def test_kernel_uses_lists_every_unqualified_kernel_in_prose_and_printed_strings():
+    def notebook(markdown, code="x = 1"):
+        return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(markdown),
+                                               nbformat.v4.new_code_cell(code)])
+
+    assert kernel_uses(notebook("A GPU kernel, a [Jupyter kernel](#glossary-jupyter-kernel), Triton kernels.",
+                                "name = 'KAGGLE_KERNEL_RUN_TYPE'\nprint('a kernel image is available')")) == []
+    assert len(kernel_uses(notebook("A GPU kernel, then a kernel."))) == 1  # every use, not the first
+    assert len(kernel_uses(notebook("Fine.", "print('Restart the kernel')"))) == 1  # printed strings too
+    assert len(kernel_uses(notebook("Fine.", "!echo the kernel"))) == 1  # and shell cells
+
+
+def test_every_link_of_every_notebook_resolves_inside_it():
+    """Uploaded alone, a notebook has nothing beside it: each markdown link is a web address or an anchor
+    that the notebook itself defines (a glossary entry of its "Words used here" cell, or a heading)."""
+    for path in NOTEBOOKS:
+        assert unresolved_links(read(path)) == [], path.name
+
+
+def unresolved_links(notebook):
+    markdown = [cell.source for cell in notebook.cells if cell.cell_type == "markdown"]
+    anchors = {anchor for text in markdown for anchor in re.findall(r'<a id="([^"]+)"></a>', text)}
+    anchors |= {re.sub(r"\s", "-", heading.strip())  # JupyterLab's heading anchors: the text, case kept
+                for text in markdown for heading in re.findall(r"^#+ (.*)$", text, re.M)}
+    bad = []
+    for text in markdown:
+        for target in re.findall(r"\]\(([^)\s]+)[^)]*\)", re.sub(r"```.*?```|`[^`\n]*`", "", text, flags=re.S)):
+            if target.startswith(("https://", "http://", "mailto:")):
+                continue
+            if not (target.startswith("#") and target[1:] in anchors):
+                bad.append(target)
+    return bad
+
+
+def test_unresolved_links_names_files_beside_and_missing_anchors():
+    def notebook(*texts):
+        return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(t) for t in texts])
+
+    words = '## Words used here\n\n- <a id="glossary-tensor"></a>**tensor**: ...'
+    assert unresolved_links(notebook("A [tensor](#glossary-tensor), [docs](https://pytorch.org).", words)) == []
+    assert unresolved_links(notebook("A [tensor](#glossary-tensor).")) == ["#glossary-tensor"]
+    assert unresolved_links(notebook("See [01](01_check_your_gpu.ipynb).", words)) == ["01_check_your_gpu.ipynb"]
+    assert unresolved_links(notebook("[g](../README.md#glossary)", words)) == ["../README.md#glossary"]
+    assert unresolved_links(notebook("## Step 2: Time it\n\nSee [Step 2](#Step-2:-Time-it).")) == []
 
 
 # Assertions a notebook may make in the learner's path: ones that hold on every machine, each with why.
@@ -304,7 +385,7 @@ def test_top_level_asserts_are_found_in_blocks_but_not_in_functions():
     assert top_level_asserts(notebook("def f(x):\n    assert x", "!pip list"), "06") == []
 
 
-# One word, one meaning (issue 30), as README's glossary defines them: a GPU kernel is *launched*,
+# One word, one meaning, as README's glossary defines them: a GPU kernel is *launched*,
 # processes are *started*; a *training step* is not a *Step* (a heading, or "Step 3" naming one); *block*
 # is Triton's block of a kernel's work (notebook 09) and nothing else; the *device* is the `device`
 # variable, which may be the CPU, so a copy between CPU and GPU memory is not a "host-to-device" copy.
@@ -335,7 +416,7 @@ ONE_MEANING = [
     ("host-to-device", re.compile(r"\b(host[- ]to[- ]device|device[- ]to[- ]host)\b", re.I),
      lambda sentence, use: False, None),
 ]
-# Notebooks still being reworded (issue 30); each leaves the set when its prose passes. It ends empty.
+# Notebooks still being reworded; each leaves the set when its prose passes. It ends empty.
 NOT_YET_ONE_MEANING = set()
 
 
@@ -385,7 +466,7 @@ def taught_calls_of(test_file):
     return None
 
 
-# Notebooks whose test file does not list its taught calls yet (issue 30); the set ends empty.
+# Notebooks whose test file does not list its taught calls yet; the set ends empty.
 NOT_YET_TAUGHT_CALLS = set()
 
 

@@ -108,7 +108,8 @@ def glossary_entries(text):
         if not item.startswith("- **"):
             continue
         bold = re.findall(r"\*\*(.+?)\*\*", item)
-        terms = [re.sub(r"\s*\(.*\)", "", term).lower() for words in bold for term in words.split(", ")]
+        terms = [term.lower() for words in bold
+                 for term in re.sub(r"\s*\(.*?\)", "", words).split(", ")]  # "percentile (p50, ...)"
         entries["glossary-" + slug(bold[0])] = (terms, " ".join(item[2:].split()))
     return entries
 
