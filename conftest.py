@@ -91,10 +91,18 @@ def check_printed_prose(path, cell_id, outputs):
         return
     key = str(path)
     if cell_id == core_ids[0]:
-        PRINTED_PROSE[key] = 0
-    PRINTED_PROSE[key] = PRINTED_PROSE.get(key, 0) + nc.printed_prose_words(outputs)
+        PRINTED_PROSE[key] = {}
+    PRINTED_PROSE.setdefault(key, {})[cell_id] = (nc.printed_prose_words(outputs), outputs)
     if cell_id == core_ids[-1]:
-        problems = nc.core_budget_problems(notebook, path.name[:2], PRINTED_PROSE[key])
+        counted = PRINTED_PROSE[key]
+        problems = nc.core_budget_problems(notebook, path.name[:2], sum(n for n, _ in counted.values()))
         if problems:
-            raise AssertionError(f"{path.name}, the core's budget (README, 'Workshop slot'): "
-                                 + "; ".join(problems))
+            # which cells printed it, and the prose lines of the one that printed most: a run on a busy
+            # machine may print lines a quiet one does not, and the log is all CI keeps
+            heaviest = max(counted, key=lambda cell: counted[cell][0])
+            lines = [line for output in counted[heaviest][1] for line in nc.output_text(output).splitlines()
+                     if len(nc._words(line)) >= nc.PROSE_LINE_WORDS]
+            raise AssertionError(
+                f"{path.name}, the core's budget (README, 'Workshop slot'): " + "; ".join(problems)
+                + "\nwords per cell: " + ", ".join(f"{cell} {n}" for cell, (n, _) in counted.items() if n)
+                + f"\nthe prose lines of {heaviest}:\n" + "\n".join(lines))
