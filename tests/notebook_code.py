@@ -200,14 +200,6 @@ def core_words(notebook):
     return len(core_markdown(notebook).split())
 
 
-def workshop_minutes(notebook):
-    """The minutes the title table's "workshop" row estimates for reading and running the core
-    (every number before "min" in that row), or [] when there is no such row."""
-    rows = [line for line in notebook.cells[0].source.splitlines()
-            if line.startswith("|") and "workshop" in line.lower()]
-    return [int(number) for row in rows for number in re.findall(r"(\d+)\s*min", row)]
-
-
 # ---- The workshop budget of a core (README's rule, checked by tests/test_learner_first.py and, for
 # what the cells print, by conftest.py on every nbval run) ------------------------------------------
 CORE_WORD_BUDGET = 1500  # markdown words before the Summary
@@ -293,23 +285,10 @@ def minimum_minutes(words_read, visible_code_cells, t4_run_minutes):
     return words_read / WORDS_PER_MINUTE + MINUTES_PER_CODE_CELL * visible_code_cells + t4_run_minutes
 
 
-# Notebooks whose core is still being cut to the budget of the workshop (1,500 words, 300 printed, the rule):
-# they keep the older cap of 2,000 markdown words and a stated estimate of at most 60 minutes until then.
-# Each notebook leaves this set when its core fits; the set must end empty.
-NOT_YET_ON_BUDGET = set()
-OLD_CORE_WORD_CAP = 2000
-
-
 def core_budget_problems(notebook, number, printed_words=None):
     """What breaks the core's budget, in words ([] when nothing does); `printed_words` is the printed
     prose of a fast-mode run, or None where no run was made (then only the markdown is counted)."""
     words = core_words(notebook)
-    if number in NOT_YET_ON_BUDGET:
-        minutes = workshop_minutes(notebook)
-        problems = [] if words <= OLD_CORE_WORD_CAP else [f"{words} markdown words, over {OLD_CORE_WORD_CAP}"]
-        if not minutes or not all(0 < m <= SLOT_MINUTES for m in minutes):
-            problems.append(f"the workshop estimate {minutes} is not within {SLOT_MINUTES} minutes")
-        return problems
     problems = []
     if words > CORE_WORD_BUDGET:
         problems.append(f"{words} markdown words, over {CORE_WORD_BUDGET}")

@@ -416,8 +416,6 @@ ONE_MEANING = [
     ("host-to-device", re.compile(r"\b(host[- ]to[- ]device|device[- ]to[- ]host)\b", re.I),
      lambda sentence, use: False, None),
 ]
-# Notebooks still being reworded; each leaves the set when its prose passes. It ends empty.
-NOT_YET_ONE_MEANING = set()
 
 
 def retired_uses(notebook, number):
@@ -437,8 +435,6 @@ def retired_uses(notebook, number):
 def test_one_word_one_meaning(path):
     number = path.name[:2]
     found = retired_uses(read(path), number)
-    if number in NOT_YET_ONE_MEANING:
-        return
     assert found == [], f"{len(found)} retired uses, first: {found[0]}"
 
 
@@ -466,17 +462,11 @@ def taught_calls_of(test_file):
     return None
 
 
-# Notebooks whose test file does not list its taught calls yet; the set ends empty.
-NOT_YET_TAUGHT_CALLS = set()
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
 def test_the_calls_a_notebook_teaches_are_in_view_in_its_core(path):
     number = path.name[:2]
     test_files = sorted((REPO / "tests").glob(f"test_{number}_*.py"))
     taught = taught_calls_of(test_files[0]) if test_files else None
-    if number in NOT_YET_TAUGHT_CALLS:
-        return
     assert taught and len(taught) >= 3, f"tests/test_{number}_*.py lists the calls it teaches in TAUGHT_CALLS"
     assert missing_taught_calls(read(path), taught) == []
 
