@@ -6,7 +6,7 @@ import types
 import pytest
 
 import conftest
-from notebook_code import NOTEBOOKS, REPO
+from notebook_code import NOTEBOOKS, REPO, read, workshop_t4
 
 README = (REPO / "README.md").read_text()
 
@@ -44,6 +44,15 @@ def test_ci_runs_the_readme_test_command_and_the_ranges_only_when_asked():
 def test_every_notebook_is_in_the_readme_table():
     for path in NOTEBOOKS:
         assert re.search(rf"^\|.*\b{re.escape(path.name)}\b", README, flags=re.M), f"{path.name} missing from README"
+
+
+def test_the_workshop_column_is_each_title_tables_estimate():
+    """README's table and each notebook's title table give the same Colab T4 workshop minutes."""
+    for path in NOTEBOOKS:
+        row = re.search(rf"^\|.*\b{re.escape(path.name)}\b.*$", README, flags=re.M).group()
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        stated = workshop_t4(read(path))
+        assert stated and cells[2] == f"{stated[0]} min", f"{path.name}: README says {cells[2]!r}, its title table {stated}"
 
 
 def test_fast_switch_and_full_size_run_are_documented_for_contributors():
