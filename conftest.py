@@ -66,7 +66,7 @@ PRINTED_PROSE = {}
 def pytest_runtest_call(item):
     """After nbval ran a notebook cell without error: check the verdicts it must print on this machine
     (tests/verdicts.py), which nbval itself does not compare; after the core's last code cell, check the
-    core's printed prose and the title table's workshop estimate against README's rule
+    core's printed prose and the title table's workshop estimate against the rule README states
     (tests/notebook_code.py: core_budget_problems)."""
     result = yield
     outputs, cell = getattr(item, "test_outputs", None), getattr(item, "cell", None)
@@ -103,6 +103,6 @@ def check_printed_prose(path, cell_id, outputs):
             lines = [line for output in counted[heaviest][1] for line in nc.output_text(output).splitlines()
                      if len(nc._words(line)) >= nc.PROSE_LINE_WORDS]
             raise AssertionError(
-                f"{path.name}, the core's budget (README, 'Workshop slot'): " + "; ".join(problems)
+                f"{path.name}, the core's budget (CONTRIBUTING.md, 'The workshop budget of a core'): " + "; ".join(problems)
                 + "\nwords per cell: " + ", ".join(f"{cell} {n}" for cell, (n, _) in counted.items() if n)
                 + f"\nthe prose lines of {heaviest}:\n" + "\n".join(lines))

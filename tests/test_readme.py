@@ -6,6 +6,7 @@ import types
 import pytest
 
 import conftest
+import notebook_code as nc
 from notebook_code import NOTEBOOKS, REPO, read, workshop_t4
 
 README = (REPO / "README.md").read_text()
@@ -53,6 +54,13 @@ def test_the_workshop_column_is_each_title_tables_estimate():
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         stated = workshop_t4(read(path))
         assert stated and cells[2] == f"{stated[0]} min", f"{path.name}: README says {cells[2]!r}, its title table {stated}"
+
+
+def test_readme_states_the_workshop_rule_the_tests_apply():
+    words = re.search(r"a minute per (\d+) words read", README)
+    cells = re.search(r"([\d.]+)\s+minutes per code cell shown", README)
+    assert words and cells, "README states the rule of the workshop estimates"
+    assert (int(words.group(1)), float(cells.group(1))) == (nc.WORDS_PER_MINUTE, nc.MINUTES_PER_CODE_CELL)
 
 
 def test_fast_switch_and_full_size_run_are_documented_for_contributors():
