@@ -29,3 +29,17 @@ def test_the_core_is_the_code_before_the_summary_heading():
 def test_a_notebook_without_a_summary_has_no_core():
     with pytest.raises(ValueError, match="no Summary"):
         core_seconds([code(1), markdown("## Step 1")])
+
+
+def test_printed_words_counts_the_cores_printed_prose_only():
+    import nbformat
+
+    from time_notebooks import printed_words
+
+    prose = "one two three four five six seven eight\n"  # a line of eight words is prose
+    cells = [nbformat.v4.new_markdown_cell("# 04 · Title"),
+             nbformat.v4.new_code_cell("print()", outputs=[nbformat.v4.new_output("stream", text=prose * 2)]),
+             nbformat.v4.new_code_cell("print()", outputs=[nbformat.v4.new_output("stream", text="a b c\n")]),
+             nbformat.v4.new_markdown_cell("## Summary"),
+             nbformat.v4.new_code_cell("print()", outputs=[nbformat.v4.new_output("stream", text=prose)])]
+    assert printed_words(nbformat.v4.new_notebook(cells=cells)) == 16

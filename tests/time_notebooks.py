@@ -5,7 +5,7 @@ Each notebook is copied alone into an empty temporary folder and run there by nb
 notebook's Summary heading. Full size unless --fast. The load average before and after is printed too,
 because PyTorch on a few cores slows down a lot when anything else runs.
 
-    .venv/bin/python tests/time_notebooks.py notebooks/04_when_does_the_gpu_win.ipynb [--fast]
+    .venv/bin/python tests/time_notebooks.py notebooks/04_when_does_the_gpu_win.ipynb [--fast] [--keep out/]
 """
 import argparse
 import os
@@ -42,7 +42,7 @@ def load_average():
     return " ".join(f"{value:.2f}" for value in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
 
 
-def time_notebook(path, fast):
+def time_notebook(path, fast, keep=None):
     import nbformat  # here, so that importing this file for its tests needs no Jupyter packages
     from nbclient import NotebookClient
 
@@ -56,21 +56,35 @@ def time_notebook(path, fast):
                                 resources={"metadata": {"path": str(folder)}})
         start = time.perf_counter()
         client.execute()
-        return time.perf_counter() - start, core_seconds(notebook.cells)
+        whole = time.perf_counter() - start
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            nbformat.write(notebook, str(Path(keep) / Path(path).name))
+        return whole, core_seconds(notebook.cells), printed_words(notebook)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def printed_words(notebook):
+    """The core's printed prose, as the workshop budget counts it (notebook_code.printed_prose_words)."""
+    import notebook_code as nc  # beside this file
+
+    return sum(nc.printed_prose_words(cell.get("outputs", [])) for cell in nc.core_cells(notebook)
+               if cell.cell_type == "code")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="+")
     parser.add_argument("--fast", action="store_true", help="fast mode (TUTORIAL_FAST=1)")
+    parser.add_argument("--keep", metavar="FOLDER", help="save each executed notebook, outputs and all, there")
     args = parser.parse_args()
     for path in args.notebooks:
         before = load_average()
-        whole, core = time_notebook(path, args.fast)
+        whole, core, printed = time_notebook(path, args.fast, args.keep)
         print(f"{Path(path).name} {'fast' if args.fast else 'full size'}: whole {whole:.0f} s, "
-              f"core {core:.0f} s (load average before {before}, after {load_average()})", flush=True)
+              f"core {core:.0f} s, {printed} words of printed prose in the core "
+              f"(load average before {before}, after {load_average()})", flush=True)
 
 
 if __name__ == "__main__":
