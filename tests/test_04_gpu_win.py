@@ -457,7 +457,7 @@ def test_core_ends_with_the_summary_then_going_deeper():
     assert deeper == summary + 1
     assert [n for n in names[:summary] if n.startswith("Step")] == [f"Step {k}" for k in range(1, 7)]
     assert [n for n in names[deeper:] if n.startswith("Step")] == ["Step 7", "Step 8", "Step 9"]
-    assert names[-2:] == ["Exercises", "Learn more"]
+    assert names[-3:] == ["Exercises", "Learn more", "Words used here"]
 
 
 def test_visible_code_is_short():

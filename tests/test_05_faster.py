@@ -1676,7 +1676,7 @@ def test_no_dtype_choice_relies_on_is_bf16_supported(monkeypatch):
 
 def test_step_5_explains_tensor_cores_and_the_emulated_bfloat16_with_its_sources():
     text = " ".join(cell_markdown_before("cell-54").split())
-    assert text.startswith("## Step 5") and "**Tensor Cores**" in text
+    assert text.startswith("## Step 5") and "**[Tensor Cores](#glossary-tensor-cores)**" in text
     assert "https://www.nvidia.com/en-us/data-center/tesla-t4/" in text and "65 TFLOP/s" in text
     assert "`including_emulation=False`" in text and "pytorch/pytorch/pull/148322" in text
     first = min(index for index, cell in enumerate(NOTEBOOK.cells) if "Tensor Core" in cell.source)

@@ -852,7 +852,7 @@ def test_shards_verdict_wants_shards_that_add_up_and_are_about_even():
     assert not nb.shards_verdict([fsdp_result(0, 500, 1004), fsdp_result(1, 499, 1004)], reference)[0]
     assert not nb.shards_verdict([fsdp_result(0, 600, 1004), fsdp_result(1, 400, 1004)], reference)[0]
     assert not nb.shards_verdict([fsdp_result(0, 500, 1300), fsdp_result(1, 500, 700)], reference)[0]
-    assert nb.shards_verdict([], reference) == (False, "A launch reported no result: see its output above.")
+    assert nb.shards_verdict([], reference) == (False, "A torchrun process reported no result: see its output above.")
     table = nb.shard_table([fsdp_result(0, 500, 1004), fsdp_result(1, 500, 1004)], reference)
     assert list(table["weights_share_%"]) == [50.0, 50.0] and table.loc[1, "optimizer_share_%"] == 50.0
     assert nb.shard_table([], reference).empty
@@ -1202,11 +1202,11 @@ def test_step_4_gives_the_one_process_reference_one_thread_beside_a_gpu_and_ever
 
 
 @pytest.mark.parametrize("runs, alive, free, verdict", [
-    ({}, set(), {1}, "No launch ran, so nothing can be left over."),
-    ({"FSDP2": {"port": 1}}, set(), {1}, "No process or port of a launch is left over."),
-    ({"FSDP2": {"port": 1}}, {42}, {1}, "Left over from a launch"),
-    ({"FSDP2": {"port": 1}}, set(), set(), "Left over from a launch"),
-    ({"one": {"port": 1}, "two": {"port": 2}}, set(), {2}, "Left over from a launch"),  # one port taken
+    ({}, set(), {1}, "Step 4 started no torchrun, so nothing can be left over."),
+    ({"FSDP2": {"port": 1}}, set(), {1}, "No process or port of Step 4's torchrun runs is left over."),
+    ({"FSDP2": {"port": 1}}, {42}, {1}, "Left over from Step 4's torchrun runs"),
+    ({"FSDP2": {"port": 1}}, set(), set(), "Left over from Step 4's torchrun runs"),
+    ({"one": {"port": 1}, "two": {"port": 2}}, set(), {2}, "Left over from Step 4's torchrun runs"),  # one port taken
     ({"one": {"port": 1}, "two": {"port": 2}}, set(), {1, 2}, "No process or port")])
 def test_the_leftover_check_of_08_prints_its_verdict_for_processes_and_ports(runs, alive, free, verdict):
     runs = {name: {**run, "seconds": 1.0, "returncodes": [0], "started": [42]} for name, run in runs.items()}

@@ -297,9 +297,9 @@ VERDICTS = {
                 "on the CPU the sharded run reaches one process's losses (on GPUs they may differ)"),
     ],
     ("08", "cell-48"): [
-        Verdict(r"^No process or port of a launch is left over\.$", "always",
-                "the FSDP2 launches ran (torch >= 2.7 here) and left neither a process nor a port; "
-                "'No launch ran' would mean Step 4 was skipped"),
+        Verdict(r"^No process or port of Step 4's torchrun runs is left over\.$", "always",
+                "the FSDP2 runs started (torch >= 2.7 here) and left neither a process nor a port; "
+                "'Step 4 started no torchrun' would mean Step 4 was skipped"),
     ],
     # --- 09: what a GPU kernel is --------------------------------------------------------------------------
     ("09", "add-check"): [
