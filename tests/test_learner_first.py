@@ -479,3 +479,26 @@ def test_a_taught_call_in_a_folded_cell_or_after_the_summary_is_not_in_view():
     notebook = nbformat.v4.new_notebook(cells=cells)
     taught = [r"torch\.optim\.Adam\(.*fused=True", r"GradScaler\(", r"torch\.compile\("]
     assert missing_taught_calls(notebook, taught) == taught[1:]
+
+
+def bf16_calls_counting_emulation(notebook):
+    """The code lines calling torch.cuda.is_bf16_supported() without including_emulation=False: by
+    default it counts emulation and says True on a T4, where bfloat16 has no Tensor Cores
+    (torch/cuda/__init__.py; pytorch/pytorch#148322), so no dtype choice may rest on it."""
+    return [line.strip() for cell in notebook.cells if cell.cell_type == "code"
+            for line in cell.source.splitlines()
+            for call in re.findall(r"is_bf16_supported\(([^)]*)\)", line)
+            if "including_emulation=False" not in call]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
+def test_no_notebook_asks_is_bf16_supported_counting_emulation(path):
+    assert bf16_calls_counting_emulation(read(path)) == []
+
+
+def test_bf16_calls_counting_emulation_are_found():
+    def notebook(source):
+        return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+
+    assert bf16_calls_counting_emulation(notebook("ok = torch.cuda.is_bf16_supported()")) != []
+    assert bf16_calls_counting_emulation(notebook("torch.cuda.is_bf16_supported(including_emulation=False)")) == []
