@@ -21,10 +21,8 @@ import os
 import re
 import subprocess
 import sys
-import sysconfig
 import textwrap
 import types
-from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -834,16 +832,9 @@ BROKEN_TRITON = "cannot import name 'knobs' from partially initialized module 't
 
 
 def environment_with_a_triton_that_cannot_be_imported(folder):
-    from test_missing_packages import environment_without
+    from test_missing_packages import environment_with_a_broken
 
-    python = environment_without("triton", folder)
-    site = next(folder.glob("lib/python*/site-packages"))
-    here = Path(sysconfig.get_paths()["purelib"])
-    (info,) = here.glob("triton-*.dist-info")
-    (site / info.name).symlink_to(info)  # the metadata says triton is installed
-    (site / "triton").mkdir()
-    (site / "triton" / "__init__.py").write_text(f"raise ImportError({BROKEN_TRITON!r})\n")
-    return python
+    return environment_with_a_broken("triton", folder, BROKEN_TRITON)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton's metadata to copy")

@@ -14,20 +14,13 @@ from pathlib import Path
 import pytest
 
 from test_03_bird import files_in, make_photo_folder, plant_broken_pictures
-from test_missing_packages import environment_without, errors, run_alone, text_of
+from test_missing_packages import environment_with_a_broken, environment_without, errors, run_alone, text_of
 
 BROKEN_IMPORT = "cannot import name 'tvpad' from 'fastai.vision.core'"
 
 
 def environment_with_a_fastai_that_cannot_be_imported(folder):
-    python = environment_without("fastai", folder)
-    site = next(folder.glob("lib/python*/site-packages"))
-    here = Path(sysconfig.get_paths()["purelib"])
-    (info,) = here.glob("fastai-*.dist-info")
-    (site / info.name).symlink_to(info)  # the metadata says fastai is installed
-    (site / "fastai").mkdir()
-    (site / "fastai" / "__init__.py").write_text(f"raise ImportError({BROKEN_IMPORT!r})\n")
-    return python
+    return environment_with_a_broken("fastai", folder, BROKEN_IMPORT)
 
 
 @pytest.fixture(scope="module")

@@ -66,6 +66,20 @@ def environment_without(distribution, folder, *others):
     return python
 
 
+def environment_with_a_broken(distribution, folder, message):
+    """Like environment_without, but `distribution`'s real metadata stays (importlib.metadata says it is
+    installed, so the install cell is content) and importing it raises ImportError(message), as a package
+    built for another PyTorch does; its python."""
+    python = environment_without(distribution, folder)
+    site = next(folder.glob("lib/python*/site-packages"))
+    here = Path(sysconfig.get_paths()["purelib"])
+    (info,) = here.glob(f"{distribution}-*.dist-info")
+    (site / info.name).symlink_to(info)  # the metadata says it is installed
+    (site / distribution).mkdir()
+    (site / distribution / "__init__.py").write_text(f"raise ImportError({message!r})\n")
+    return python
+
+
 def run_alone(python, prefix, folder):
     """Copy notebook `prefix` alone into `folder`, run it there in `python`'s kernel, offline and 'on Kaggle'."""
     source = notebook_path(prefix)
