@@ -264,6 +264,12 @@ def printed_prose_words(outputs):
     return sum(count for count in counts if count >= PROSE_LINE_WORDS)
 
 
+def core_printed_words(notebook):
+    """The printed prose of a run notebook's core: what the workshop budget counts of its outputs."""
+    return sum(printed_prose_words(cell.get("outputs", [])) for cell in core_cells(notebook)
+               if cell.cell_type == "code")
+
+
 WORKSHOP_T4 = re.compile(r"about (\d+) min on a Colab T4\b.*?\b(?:of which|including) "
                          r"(?:about |under )?(\d+(?:\.\d+)?) min (?:running|of running)", re.I)
 

@@ -66,11 +66,10 @@ def time_notebook(path, fast, keep=None):
 
 
 def printed_words(notebook):
-    """The core's printed prose, as the workshop budget counts it (notebook_code.printed_prose_words)."""
+    """The core's printed prose, as the workshop budget counts it."""
     import notebook_code as nc  # beside this file
 
-    return sum(nc.printed_prose_words(cell.get("outputs", [])) for cell in nc.core_cells(notebook)
-               if cell.cell_type == "code")
+    return nc.core_printed_words(notebook)
 
 
 def main():

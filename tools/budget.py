@@ -71,8 +71,7 @@ def main():
         printed = None
         if not args.static:
             ran = run_fast(path)
-            printed = sum(nc.printed_prose_words(cell.get("outputs", []))
-                          for cell in nc.core_cells(ran) if cell.cell_type == "code")
+            printed = nc.core_printed_words(ran)
         print(Path(path).name)
         print("\n".join(budget_lines(notebook, printed)), flush=True)
 
