@@ -31,6 +31,7 @@ that are waiting for a test, each with a comment, and a stale entry there (claim
 from the notebook) fails too.
 """
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,12 +204,17 @@ def all_claims():
 def test_exists(node_id):
     """True when "tests/file.py::test_name" (a parametrized id's [...] left out) names a test function."""
     file_name, _, name = node_id.partition("::")
-    path = REPO / file_name
+    return name.split("[")[0] in function_names(REPO / file_name)
+
+
+@functools.cache
+def function_names(path):
+    """The names of the functions a Python file defines (none for a file that is not there); read once
+    per file, as hundreds of claims name a few files."""
     if not path.is_file():
-        return False
-    names = {node.name for node in ast.walk(ast.parse(path.read_text()))
-             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    return name.split("[")[0] in names
+        return frozenset()
+    return frozenset(node.name for node in ast.walk(ast.parse(path.read_text()))
+                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
 test_exists.__test__ = False  # a helper, not a test
