@@ -403,8 +403,9 @@ def full_screenshot(page, path, target):
     height = page.evaluate(scroll_to_top, path)
     page.set_viewport_size({"width": 1400, "height": max(900, min(int(height) + 200, 30000))})
     page.evaluate(scroll_to_top, path)
-    page.wait_for_timeout(1000)
-    page.screenshot(path=str(target))
+    page.wait_for_timeout(300)  # a moment to draw the taller window
+    # JPEG: PNG took a second or more to encode a notebook tens of thousands of pixels tall, each time
+    page.screenshot(path=str(target), type="jpeg", quality=70)
 
 
 def stderr_messages(text):
@@ -472,7 +473,7 @@ def test_notebook_runs_in_jupyterlab_in_a_browser(notebook, lab, browser, screen
         cells = page.evaluate(CELLS, path)
         statuses = page.evaluate("() => window.kernelStatuses")
         links = page.evaluate(LINKS, path)
-        full_screenshot(page, path, screenshot_folder / f"{notebook.stem}.png")
+        full_screenshot(page, path, screenshot_folder / f"{notebook.stem}.jpg")
     finally:
         page.close()
         lab.shut_down_kernels()
