@@ -25,7 +25,7 @@ def run_tool(*args):
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         returncode = sync_cells.main(list(args))
-    return types.SimpleNamespace(returncode=returncode, stdout=printed.getvalue(), stderr="")
+    return types.SimpleNamespace(returncode=returncode, stdout=printed.getvalue())
 
 
 def test_every_copy_matches_its_source():
