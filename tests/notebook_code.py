@@ -12,12 +12,14 @@ import contextlib
 import io
 import os
 import re
+import sys
 import types
 from pathlib import Path
 
 import nbformat
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))  # tools/anatomy.py: the core and the class rule
 NOTEBOOK_DIR = REPO / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 SHARED_CELL_FIRST_LINE = "#@title Shared setup: "
@@ -177,143 +179,22 @@ def notebook_location(path, line):
     return f"{notebook_path(prefix).name} cell {index} (id {cell_id}) line {number}"
 
 
-SUMMARY_HEADING = re.compile(r"^#+ (?:Step \d+ · )?Summary\b", re.IGNORECASE | re.MULTILINE)
+# ---- The core and the class rule: defined once, in tools/anatomy.py -------------------------------
+from anatomy import (PROSE_LINE_WORDS, SUMMARY_HEADING, budget_problems, class_rule_minutes,  # noqa: E402,F401
+                     core_cells, core_markdown, core_outputs, core_words, is_folded, output_text,
+                     printed_prose_words, rounded_up, tables_and_figures, visible_core_code_cells,
+                     visible_core_code_lines, workshop_t4, CORE_LIMIT_MINUTES)
 
+# The cores still being reworked to fit the class rule's limit (issue 39). Each states the rule's
+# minutes honestly in its title table, over the limit, and leaves this set when its core fits; the
+# set ends empty.
+CORES_NOT_YET_WITHIN_LIMIT = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "10"}
 
-def core_markdown(notebook):
-    """The markdown text of the core: every markdown cell before the Summary heading, and the part
-    of the Summary's own cell before that heading."""
-    texts = []
-    for cell in notebook.cells:
-        if cell.cell_type != "markdown":
-            continue
-        found = SUMMARY_HEADING.search(cell.source)
-        if found:
-            texts.append(cell.source[:found.start()])
-            break
-        texts.append(cell.source)
-    return "\n".join(texts)
-
-
-def core_words(notebook):
-    """Markdown words of the core (whitespace-separated, as a word counter counts them)."""
-    return len(core_markdown(notebook).split())
-
-
-# ---- The workshop budget of a core (README's rule, checked by tests/test_learner_first.py and, for
-# what the cells print, by conftest.py on every nbval run) ------------------------------------------
-CORE_WORD_BUDGET = 1500  # markdown words before the Summary
-PRINTED_PROSE_BUDGET = 300  # words of printed prose in the core, in a fast-mode run
-PROSE_LINE_WORDS = 8  # a printed line with at least this many words is prose
-MINUTES_PER_CODE_CELL = 1.5
-WORDS_PER_MINUTE = 100
-SLOT_MINUTES = 60
-
-
-def core_cells(notebook):
-    """The cells of the core: every cell before the one holding the Summary heading."""
-    cells = []
-    for cell in notebook.cells:
-        if cell.cell_type == "markdown" and SUMMARY_HEADING.search(cell.source):
-            return cells
-        cells.append(cell)
-    return cells
-
-
-def is_folded(cell):
-    """True for a folded plumbing cell: a code cell whose first line is '#@title ...'."""
-    return cell.cell_type == "code" and cell.source.startswith("#@title ")
-
-
-def visible_core_code_cells(notebook):
-    """The core's code cells a learner reads: the ones that are not folded."""
-    return [cell for cell in core_cells(notebook) if cell.cell_type == "code" and not is_folded(cell)]
-
-
-def _words(line):
-    """The words of a printed line: tokens with a letter in them (a row of numbers is not prose)."""
-    return [token for token in line.split() if re.search(r"[A-Za-z]", token)]
-
-
-def output_text(output):
-    """What a learner reads of one cell output as plain text: a stream, an error's name and message,
-    a result or display shown as markdown, or the text/plain form of one that has no richer form (a
-    table shown as HTML or a figure shown as a picture is not read as text)."""
-    kind = output.get("output_type")
-    if kind == "stream":
-        text = output.get("text", "")
-        return "".join(text) if isinstance(text, list) else text
-    if kind == "error":
-        return f"{output.get('ename', '')}: {output.get('evalue', '')}"
-    data = output.get("data", {})
-    if kind not in ("execute_result", "display_data"):
-        return ""
-    if "text/markdown" in data:
-        text = data["text/markdown"]
-    elif set(data) <= {"text/plain"}:
-        text = data.get("text/plain", "")
-    else:
-        return ""
-    return "".join(text) if isinstance(text, list) else text
-
-
-def printed_prose_words(outputs):
-    """Words of printed prose in `outputs` (a cell's outputs): the lines of at least PROSE_LINE_WORDS
-    words, counted whole."""
-    counts = [len(_words(line)) for output in outputs for line in output_text(output).splitlines()]
-    return sum(count for count in counts if count >= PROSE_LINE_WORDS)
-
-
-def core_printed_words(notebook):
-    """The printed prose of a run notebook's core: what the workshop budget counts of its outputs."""
-    return sum(printed_prose_words(cell.get("outputs", [])) for cell in core_cells(notebook)
-               if cell.cell_type == "code")
-
-
-WORKSHOP_T4 = re.compile(r"about (\d+) min on a Colab T4\b.*?\b(?:of which|including) "
-                         r"(?:about |under )?(\d+(?:\.\d+)?) min (?:running|of running)", re.I)
-
-
-def workshop_t4(notebook):
-    """(the title table's workshop estimate on a Colab T4 in minutes, the T4 run time of the core it
-    states in minutes), or None when the row does not say both."""
-    for line in notebook.cells[0].source.splitlines():
-        if line.startswith("|") and "workshop" in line.lower():
-            found = WORKSHOP_T4.search(line)
-            if found:
-                return int(found.group(1)), float(found.group(2))
-    return None
-
-
-def minimum_minutes(words_read, visible_code_cells, t4_run_minutes):
-    """README's rule for a workshop estimate: 1 minute per 100 words read (markdown and printed prose),
-    1.5 minutes per visible code cell, and the core's run time on a T4."""
-    return words_read / WORDS_PER_MINUTE + MINUTES_PER_CODE_CELL * visible_code_cells + t4_run_minutes
-
-
-def core_budget_problems(notebook, number, printed_words=None):
-    """What breaks the core's budget, in words ([] when nothing does); `printed_words` is the printed
-    prose of a fast-mode run, or None where no run was made (then only the markdown is counted)."""
-    words = core_words(notebook)
-    problems = []
-    if words > CORE_WORD_BUDGET:
-        problems.append(f"{words} markdown words, over {CORE_WORD_BUDGET}")
-    if printed_words is not None and printed_words > PRINTED_PROSE_BUDGET:
-        problems.append(f"{printed_words} words of printed prose, over {PRINTED_PROSE_BUDGET}")
-    stated = workshop_t4(notebook)
-    if stated is None:
-        return problems + ["the title table's workshop row does not say 'about N min on a Colab T4, "
-                           "of which about M min running'"]
-    estimate, run_minutes = stated
-    cells = len(visible_core_code_cells(notebook))
-    least = minimum_minutes(words + (printed_words or 0), cells, run_minutes)
-    if estimate < least:
-        problems.append(f"the estimate of {estimate} min is below the rule's {least:.1f} min ({words} "
-                        f"markdown + {printed_words or 0} printed words, {cells} visible code cells, "
-                        f"{run_minutes:g} min running)")
-    if estimate > SLOT_MINUTES:
-        problems.append(f"the estimate of {estimate} min is over the slot of {SLOT_MINUTES} min")
-    return problems
+# The least T4 run time, in minutes, a title table may state for its core until a GPU record measures
+# it: an instructor's reading of each core as it was on 2026-11-27 (issue 39). A core that moves work
+# out may state less, with the reason beside its number here.
+T4_RUN_MINUTES_AT_LEAST = {"01": 2, "02": 1, "03": 6, "04": 4, "05": 3, "06": 4, "07": 2, "08": 3,
+                           "09": 3, "10": 6}
 
 
 def visible_core_code(notebook):

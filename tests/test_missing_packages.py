@@ -5,13 +5,11 @@ situation for real: a throwaway virtual environment that holds everything of the
 (by symlinks, so it costs seconds, not gigabytes) except one package, a kernel that believes it runs on
 Kaggle (KAGGLE_KERNEL_RUN_TYPE), and pip with no index and no configuration (PIP_NO_INDEX=1,
 PIP_CONFIG_FILE pointing at nothing), so that the install cell's pip call fails as it does offline.
-Each notebook is copied alone into an empty folder and run top to bottom by nbclient in that kernel,
-stopping at the first error as "Run All" does.
+Each notebook is copied alone into an empty folder and run top to bottom in that environment by
+tools/notebook_run.py, stopping at the first error as "Run All" does.
 """
-import json
 import os
 import subprocess
-import sys
 import sysconfig
 import venv
 from pathlib import Path
@@ -19,24 +17,7 @@ from pathlib import Path
 import pytest
 
 from notebook_code import notebook_path
-
-RUNNER = """
-import json, sys
-import nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
-
-notebook = nbformat.read(sys.argv[1], as_version=4)
-client = NotebookClient(notebook, timeout=900, kernel_name="python3",
-                        resources={"metadata": {"path": sys.argv[2]}})
-try:
-    client.execute()
-except CellExecutionError:
-    pass  # like Run All: stop at the first error; the outputs below show it
-json.dump([{"source": cell.source, "count": cell.get("execution_count"), "outputs": cell.get("outputs", [])}
-           for cell in notebook.cells if cell.cell_type == "code"], sys.stdout)
-"""
-
+from notebook_run import run_in
 
 def _top_level_entries(site_packages, distribution):
     """The site-packages entries that belong to `distribution`: its dist-info and what its RECORD lists."""
@@ -81,16 +62,15 @@ def environment_with_a_broken(distribution, folder, message):
 
 
 def run_alone(python, prefix, folder):
-    """Copy notebook `prefix` alone into `folder`, run it there in `python`'s kernel, offline and 'on Kaggle'."""
-    source = notebook_path(prefix)
-    copy = folder / source.name
-    copy.write_bytes(source.read_bytes())
+    """Copy notebook `prefix` alone into `folder`, run it there in `python`'s kernel, offline and 'on
+    Kaggle', stopping at the first error as Run All does (tools/notebook_run.py, run as a command in
+    that environment): its code cells as {"source", "count", "outputs"}."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
     env.update(TUTORIAL_FAST="1", KAGGLE_KERNEL_RUN_TYPE="Interactive", PIP_NO_INDEX="1",
                PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
-    result = subprocess.run([str(python), "-c", RUNNER, str(copy), str(folder)], cwd=folder, env=env,
-                            capture_output=True, text=True, timeout=1500, check=True)
-    return json.loads(result.stdout)
+    run = run_in(python, notebook_path(prefix), fast=True, timeout=900, env=env, folder=folder)
+    return [{"source": cell["source"], "count": cell.get("execution_count"),
+             "outputs": cell.get("outputs", [])} for cell in run.code_cells()]
 
 
 def text_of(cell):
