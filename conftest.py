@@ -20,7 +20,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # The tests' own modules (notebook_code, helper_coverage) live in tests/, which has no __init__.py.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
-pytest_plugins = ["helper_coverage"]  # branch coverage of the notebooks' helpers, printed at the end
+# What the tests share with the tools (tools/anatomy.py, tools/notebook_run.py, ...).
+sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
+# branch coverage of the notebooks' helpers, printed at the end; the notebooks run alone, their pages
+# checked in JupyterLab (tests/notebook_items.py)
+pytest_plugins = ["helper_coverage", "notebook_items"]
 
 
 def pytest_addoption(parser):
@@ -57,32 +61,36 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: run_order(item.nodeid))  # stable: a file's tests keep their order
 
 
-# Words of printed prose in each notebook's core so far, counted as nbval runs its cells (one notebook
-# runs whole on one worker: --dist loadfile).
-PRINTED_PROSE = {}
+# What each notebook's core printed and showed so far, counted as nbval runs its cells (one notebook
+# runs whole on one worker: --dist loadfile): {path: {cell id: (printed words, tables and figures,
+# outputs)}}.
+CORE_SHOWN = {}
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     """After nbval ran a notebook cell without error: check the verdicts it must print on this machine
-    (tests/verdicts.py), which nbval itself does not compare; after the core's last code cell, check the
-    core's printed prose and the title table's workshop estimate against the rule README states
-    (tests/notebook_code.py: core_budget_problems)."""
+    (tests/verdicts.py), which nbval itself does not compare, an exercise's starter and answer among
+    them; after the core's last code cell, check the
+    core against the class rule (tools/anatomy.py: budget_problems)."""
     result = yield
     outputs, cell = getattr(item, "test_outputs", None), getattr(item, "cell", None)
     if outputs is not None and cell is not None:  # an nbval cell (nbval.plugin.IPyNbCell)
-        from verdicts import describe_missing, missing_verdicts
+        from verdicts import describe_missing, missing_verdicts, output_text, starter_and_answer_verdicts
 
         notebook = item.path.name[:2]
         missing = missing_verdicts(notebook, cell.get("id"), outputs)
         if missing:
             raise AssertionError(describe_missing(notebook, cell.get("id"), missing, outputs))
-        check_printed_prose(item.path, cell.get("id"), outputs)
+        wrong = starter_and_answer_verdicts(cell.get("id"), output_text(outputs))
+        if wrong:
+            raise AssertionError(wrong)
+        check_core_budget(item.path, cell.get("id"), outputs)
     return result
 
 
-def check_printed_prose(path, cell_id, outputs):
-    """Add up the printed prose of the core's cells; at its last code cell, fail on a broken budget."""
+def check_core_budget(path, cell_id, outputs):
+    """Add up what the core's cells printed and showed; at its last code cell, fail on a broken rule."""
     import notebook_code as nc
 
     notebook = nc.read(path)
@@ -91,18 +99,24 @@ def check_printed_prose(path, cell_id, outputs):
         return
     key = str(path)
     if cell_id == core_ids[0]:
-        PRINTED_PROSE[key] = {}
-    PRINTED_PROSE.setdefault(key, {})[cell_id] = (nc.printed_prose_words(outputs), outputs)
-    if cell_id == core_ids[-1]:
-        counted = PRINTED_PROSE[key]
-        problems = nc.core_budget_problems(notebook, path.name[:2], sum(n for n, _ in counted.values()))
-        if problems:
-            # which cells printed it, and the prose lines of the one that printed most: a run on a busy
-            # machine may print lines a quiet one does not, and the log is all CI keeps
-            heaviest = max(counted, key=lambda cell: counted[cell][0])
-            lines = [line for output in counted[heaviest][1] for line in nc.output_text(output).splitlines()
-                     if len(nc._words(line)) >= nc.PROSE_LINE_WORDS]
-            raise AssertionError(
-                f"{path.name}, the core's budget (CONTRIBUTING.md, 'The workshop budget of a core'): " + "; ".join(problems)
-                + "\nwords per cell: " + ", ".join(f"{cell} {n}" for cell, (n, _) in counted.items() if n)
-                + f"\nthe prose lines of {heaviest}:\n" + "\n".join(lines))
+        CORE_SHOWN[key] = {}
+    CORE_SHOWN.setdefault(key, {})[cell_id] = (nc.printed_prose_words(outputs),
+                                               nc.tables_and_figures(outputs), outputs)
+    if cell_id != core_ids[-1]:
+        return
+    counted = CORE_SHOWN[key]
+    number = path.name[:2]
+    limit = None if number in nc.CORES_NOT_YET_WITHIN_LIMIT else nc.CORE_LIMIT_MINUTES
+    problems = nc.budget_problems(notebook, sum(n for n, _, _ in counted.values()),
+                                  sum(n for _, n, _ in counted.values()), limit)
+    if problems:
+        # which cells printed prose, and the prose lines of the one that printed most: a run on a
+        # busy machine may print lines a quiet one does not, and the log is all CI keeps
+        heaviest = max(counted, key=lambda cell: counted[cell][0])
+        lines = [line for output in counted[heaviest][2] for line in nc.output_text(output).splitlines()
+                 if len(line.split()) >= nc.PROSE_LINE_WORDS]
+        raise AssertionError(
+            f"{path.name}, the class rule (CONTRIBUTING.md, 'The class rule'): " + "; ".join(problems)
+            + "\nprinted words, tables and figures per cell: "
+            + ", ".join(f"{cell} {n}/{t}" for cell, (n, t, _) in counted.items() if n or t)
+            + f"\nthe prose lines of {heaviest}:\n" + "\n".join(lines))

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from notebook_code import (INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE, core_cells, core_markdown,
+from notebook_code import (INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE, core_cells,
                            load_helpers, notebook_path, read, run_cell)
 
 
@@ -534,19 +534,6 @@ def test_each_visible_code_cell_is_short():
     """Notebook 02's own rule; test_learner_first.py checks the budget of visible lines in all."""
     sizes = [sum(1 for line in source.splitlines() if line.strip()) for source in _visible_code_cells()]
     assert max(sizes) <= 20  # the timed training loop and the memory counters are the longest
-
-
-def test_core_ends_in_the_summary_and_going_deeper_holds_the_rest():
-    headings = [line for text in notebook_text("markdown") for line in text.splitlines()
-                if line.startswith("#")]
-    names = [heading.lstrip("#").strip() for heading in headings]
-    summary, deeper = names.index("Summary"), names.index("Going deeper")
-    exercises, learn_more = names.index("Exercises"), names.index("Learn more")
-    assert summary < deeper < exercises < learn_more
-    core = " ".join(names[:summary]).lower()
-    going_deeper = " ".join(names[deeper:exercises]).lower()
-    for topic in ("architectures", "largest batch", "loading across devices works", "more than one gpu"):
-        assert topic in going_deeper and topic not in core, topic
 
 
 # --- the real device-mismatch errors on a GPU, the `meta` stand-in without one ----------------

@@ -14,7 +14,6 @@ import ast
 import functools
 import http.server
 import io
-import re
 import socket
 import sys
 import threading
@@ -626,23 +625,6 @@ def test_the_first_look_is_a_visible_search_and_download_before_the_download_mac
     assert not cell.startswith("#@title") and len(cell.splitlines()) <= 12  # short, and in view
     assert "def search_photos(" in cell and "search_first_photo(" in cell and "FIRST_LOOK_DIR" in cell
     assert ast.parse(cell) and not any(isinstance(node, ast.If) for node in ast.parse(cell).body)
-
-
-def test_opening_findings_run_time_table_core_summary_then_going_deeper():
-    notebook = read(notebook_path("03"))
-    opening = notebook.cells[0].source
-    assert "What you will find out" in opening
-    table = [line.lower() for line in opening.splitlines() if line.startswith("|")]
-    assert any("core" in row and ("measured" in row or "full size" in row) for row in table)
-    assert any("whole notebook" in row and ("measured" in row or "full size" in row) for row in table)
-    headings = [line for cell in notebook.cells if cell.cell_type == "markdown"
-                for line in cell.source.splitlines() if line.startswith("## ")]
-    assert headings.index("## Summary") < headings.index("## Going deeper") < headings.index("## Exercises")
-    assert headings[-2:] == ["## Learn more", "## Words used here"]  # the glossary entries come last
-    prose = markdown_text().lower()
-    for phrase in ("here, on a", "here it printed", "on this machine", "here they say", "here both say",
-                   "measured here", "in a full run on this", "here, without", "here, offline", "as here"):
-        assert phrase not in prose, phrase
 
 
 def test_the_workshop_row_names_the_colab_t4():

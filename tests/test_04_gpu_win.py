@@ -5,7 +5,6 @@ literal constants. Nothing here needs a GPU. The shared timing function `time_it
 test_shared_setup.py.
 """
 import math
-import re
 import time
 import warnings
 
@@ -369,13 +368,6 @@ def test_layer_report_prints_rounded_percentages():
 
 # --- every code line fits in 100 characters ---------------------------------------------
 
-def test_code_lines_are_at_most_100_characters():
-    for cell in read(notebook_path("04")).cells:
-        if cell.cell_type == "code":
-            for line in cell.source.splitlines():
-                assert len(line) <= 100, line
-
-
 # --- the cells print their own reading of their own numbers ---------------------------------
 
 def test_cold_warm_sentence_reads_the_numbers():
@@ -447,17 +439,6 @@ def test_batch_sentence():
 
 def _cells():
     return read(notebook_path("04")).cells
-
-
-def test_core_ends_with_the_summary_then_going_deeper():
-    headings = [line for cell in _cells() if cell.cell_type == "markdown"
-                for line in cell.source.splitlines() if line.startswith("## ")]
-    names = [heading.split("·")[0].strip("# ").strip() for heading in headings]
-    summary, deeper = names.index("Summary"), names.index("Going deeper")
-    assert deeper == summary + 1
-    assert [n for n in names[:summary] if n.startswith("Step")] == [f"Step {k}" for k in range(1, 7)]
-    assert [n for n in names[deeper:] if n.startswith("Step")] == ["Step 7", "Step 8", "Step 9"]
-    assert names[-3:] == ["Exercises", "Learn more", "Words used here"]
 
 
 def test_visible_code_is_short():

@@ -8,9 +8,7 @@ import re
 import nbformat
 import pytest
 
-from notebook_code import (NOTEBOOKS, REPO, core_budget_problems, core_cells, core_markdown, minimum_minutes,
-                           missing_taught_calls,
-                           printed_prose_words, read, visible_core_code_cells, workshop_t4)
+from notebook_code import NOTEBOOKS, REPO, core_markdown, missing_taught_calls, read
 from shared_checks import MAX_LINE, code_lines_too_long, machine_bound_phrases
 
 NOTEBOOK_IDS = [path.name for path in NOTEBOOKS]
@@ -48,16 +46,6 @@ def test_the_lesson_is_short_and_the_plumbing_folded(path):
     assert len(lines) <= budget, f"{len(lines)} visible code lines, budget {budget}"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
-def test_core_ends_with_its_summary_then_going_deeper(path):
-    titles = [re.sub(r"^#+ ", "", line).lower() for cell in read(path).cells if cell.cell_type == "markdown"
-              for line in cell.source.splitlines() if re.match(r"#{1,3} ", line)]
-    summary = [i for i, title in enumerate(titles) if title.startswith("summary")]
-    deeper = [i for i, title in enumerate(titles) if title.startswith("going deeper")]
-    assert summary and deeper, "a core ending in a Summary, then a 'Going deeper' part, are expected"
-    assert summary[0] < deeper[0], "the core ends with its Summary; Going deeper comes after it"
-
-
 RUN_TIME = re.compile(r"\b\d+(\.\d+)? ?(s|min|minutes?|seconds?)\b|not measured yet")
 
 
@@ -87,83 +75,6 @@ def test_a_run_time_row_needs_a_time_or_not_measured_yet():
     assert all(RUN_TIME.search(cell) for cell in run_time_rows(notebook, "core")[0][1:])
     assert not RUN_TIME.search(run_time_rows(notebook, "whole")[0][2]), "'fast' is not a run time"
     assert RUN_TIME.search("2.5 minutes") and not RUN_TIME.search("5 sizes")
-
-
-# A workshop slot is 45-60 minutes of reading and running (issues 17 and 30): the core's markdown, the
-# prose its cells print and its visible code cells, against the title table's estimate on a T4, by
-# README's rule (tests/notebook_code.py: core_budget_problems). This test counts the markdown; conftest.py
-# counts the printed prose as nbval runs each notebook, and checks the whole rule there.
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
-def test_the_core_fits_a_workshop_slot(path):
-    notebook = read(path)
-    assert core_budget_problems(notebook, path.name[:2]) == []
-    for row in [line for line in notebook.cells[0].source.splitlines() if line.startswith("| Workshop")]:
-        columns = [column.strip() for column in row.strip("|").split("|")]
-        if len(columns) == 3:  # a CPU column and a GPU column: the T4's estimate is the GPU's
-            assert "T4" in columns[2] and "T4" not in columns[1], row
-
-
-def budget_notebook(words, code_cells=0, workshop="about 30 min on a Colab T4, of which about 2 min running"):
-    """A made-up notebook: a title table, a core of `words` markdown words in all and `code_cells` visible code cells
-    (and one folded one), then a Summary."""
-    title = f"# 99 · T\n\n| | CPU | GPU |\n|---|---|---|\n| Workshop slot | laptop | {workshop} |\n"
-    filler = words - len(title.split())  # the title cell's words count too
-    cells = [nbformat.v4.new_markdown_cell(title), nbformat.v4.new_markdown_cell("word " * filler)]
-    cells += [nbformat.v4.new_code_cell(f"x = {n}") for n in range(code_cells)]
-    cells += [nbformat.v4.new_code_cell("#@title Plumbing\ny = 1"),
-              nbformat.v4.new_markdown_cell("## Summary\n\nmany more words here"),
-              nbformat.v4.new_code_cell("z = 2")]
-    return nbformat.v4.new_notebook(cells=cells)
-
-
-def test_printed_prose_counts_lines_of_eight_words_or_more_in_what_a_learner_reads():
-    seven, eight = "one two three four five six seven", "one two three four five six seven eight"
-    stream = {"output_type": "stream", "name": "stdout", "text": f"{seven}\n{eight}\n12 34 5.6 7 8 9 1 2 3\n"}
-    assert printed_prose_words([stream]) == 8, "a 7-word line and a row of numbers are not prose"
-    html = {"output_type": "execute_result", "data": {"text/plain": eight, "text/html": "<table/>"}}
-    markdown = {"output_type": "display_data", "data": {"text/plain": "x", "text/markdown": eight}}
-    plain = {"output_type": "execute_result", "data": {"text/plain": [eight, "\n", eight]}}
-    error = {"output_type": "error", "ename": "ValueError", "evalue": seven}
-    assert printed_prose_words([html]) == 0, "a table shown as HTML is not read as printed text"
-    assert printed_prose_words([markdown, plain, error]) == 8 + 16 + 8
-
-
-def test_the_workshop_row_states_the_estimate_and_the_t4_run_time():
-    assert workshop_t4(budget_notebook(10)) == (30, 2.0)
-    assert workshop_t4(budget_notebook(10, workshop="about 45 min on a Colab T4, of which under 0.5 min "
-                                                    "running")) == (45, 0.5)
-    assert workshop_t4(budget_notebook(10, workshop="about 45 min on a Colab T4")) is None
-
-
-def test_the_rule_is_words_over_100_plus_one_and_a_half_minutes_a_cell_plus_running():
-    assert minimum_minutes(1000, 4, 2.5) == 10 + 6 + 2.5
-    # 800 words and 12 visible cells need 8 + 18 + 2 = 28 minutes: 30 passes, 27 fails
-    assert core_budget_problems(budget_notebook(800, 12), "99", printed_words=0) == []
-    low = budget_notebook(800, 12, "about 27 min on a Colab T4, of which about 2 min running")
-    assert "below the rule's 28.0 min" in core_budget_problems(low, "99", printed_words=0)[0]
-    # printed prose counts as words read: 200 more words make 30 minutes, still enough; 201 do not
-    assert core_budget_problems(budget_notebook(800, 12), "99", printed_words=200) == []
-    assert core_budget_problems(budget_notebook(800, 12), "99", printed_words=201) != []
-
-
-def test_each_budget_holds_at_its_boundary():
-    assert core_budget_problems(budget_notebook(1500, 0, "about 20 min on a Colab T4, of which about 1 min "
-                                                          "running"), "99") == []
-    assert "1501 markdown words" in core_budget_problems(budget_notebook(1501), "99")[0]
-    many = budget_notebook(10, 0, "about 60 min on a Colab T4, of which about 1 min running")
-    assert core_budget_problems(many, "99", printed_words=300) == []
-    assert "301 words of printed prose" in core_budget_problems(many, "99", printed_words=301)[0]
-    over = budget_notebook(10, 0, "about 61 min on a Colab T4, of which about 1 min running")
-    assert "over the slot" in core_budget_problems(over, "99")[0]
-    assert "does not say" in core_budget_problems(budget_notebook(10, 0, "about 20 min"), "99")[0]
-
-
-def test_the_core_ends_at_the_summary_and_folded_cells_are_not_counted():
-    notebook = budget_notebook(10, 3)
-    assert [cell.source for cell in visible_core_code_cells(notebook)] == ["x = 0", "x = 1", "x = 2"]
-    assert len(core_cells(notebook)) == 2 + 3 + 1
 
 
 GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(#glossary-[a-z0-9-]+\)")  # to the notebook's "Words used here"
@@ -229,8 +140,8 @@ def test_every_glossary_term_is_linked_where_the_core_first_uses_it(path):
 
 
 def test_a_first_use_counts_only_in_prose_and_only_when_it_is_the_link():
-    def notebook(*texts):
-        return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(t) for t in texts])
+    def notebook(*texts):  # a core of these cells, then a Summary
+        return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(t) for t in (*texts, "## Summary")])
 
     terms = {"tensor", "cuda", "launch"}
     linked = "A [tensor](#glossary-tensor) lives on a device; a tensor is PyTorch's array."

@@ -5,8 +5,8 @@ import types
 
 import pytest
 
+import anatomy
 import conftest
-import notebook_code as nc
 from notebook_code import NOTEBOOKS, REPO, read, workshop_t4
 
 README = (REPO / "README.md").read_text()
@@ -56,11 +56,20 @@ def test_the_workshop_column_is_each_title_tables_estimate():
         assert stated and cells[2] == f"{stated[0]} min", f"{path.name}: README says {cells[2]!r}, its title table {stated}"
 
 
-def test_readme_states_the_workshop_rule_the_tests_apply():
-    words = re.search(r"a minute per (\d+) words read", README)
-    cells = re.search(r"([\d.]+)\s+minutes per code cell shown", README)
-    assert words and cells, "README states the rule of the workshop estimates"
-    assert (int(words.group(1)), float(cells.group(1))) == (nc.WORDS_PER_MINUTE, nc.MINUTES_PER_CODE_CELL)
+def test_readme_states_the_class_rule_the_tests_apply():
+    """README's formula, its weights read back, gives the same minutes as tools/anatomy.py."""
+    rule = re.search(r"([\d.]+) × \((\d+) \+ words read / (\d+) \+ ([\d.]+) × visible code cells "
+                     r"\+ ([\d.]+) × visible\s+code lines \+ ([\d.]+) × tables and figures shown \+ the "
+                     r"core's run time on a T4\) minutes", " ".join(README.split()))
+    assert rule, "README states the class rule"
+    factor, opening, per_minute, cell, line, shown = map(float, rule.groups())
+    for counts in [(0, 0, 0, 0, 0, 0), (1234, 56, 7, 89, 3, 2.5)]:
+        words, printed, cells, lines, tables, t4 = counts
+        readme = factor * (opening + (words + printed) / per_minute + cell * cells + line * lines
+                           + shown * tables + t4)
+        assert readme == pytest.approx(anatomy.class_rule_minutes(*counts))
+    limit = re.search(r"A core takes at most (\d+) minutes", " ".join(README.split()))
+    assert limit and int(limit.group(1)) == anatomy.CORE_LIMIT_MINUTES
 
 
 def test_fast_switch_and_full_size_run_are_documented_for_contributors():
