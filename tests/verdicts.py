@@ -448,3 +448,16 @@ def describe_missing(notebook, cell_id, missing, outputs):
     lines += [f"  expected ({verdict.when}): /{verdict.pattern}/ -- {verdict.why}" for verdict in missing]
     lines.append("  the cell printed:\n" + "\n".join("    " + line for line in output_text(outputs).splitlines()[:40]))
     return "\n".join(lines)
+
+
+# Every exercise's cells (tests/test_exercises.py): in the run, the untouched starter's check says NOT DONE
+# YET and the answer's check PASSED, whatever the notebook.
+def starter_and_answer_verdicts(cell_id, text):
+    """What is wrong with an exercise cell's output in the nbval run (None when nothing is): an untouched
+    starter's check must say NOT DONE YET, an answer's PASSED; other cells are not judged."""
+    if not re.fullmatch(r"exercise-[\w-]+-(starter|answer)", cell_id or ""):
+        return None
+    wanted = "NOT DONE YET" if cell_id.endswith("-starter") else "PASSED"
+    if not re.search(rf"^{wanted}\b", text, re.M):
+        return f"{cell_id} must print a check's verdict starting with {wanted!r}; it printed: {text[-500:]!r}"
+    return None
