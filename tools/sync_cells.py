@@ -50,6 +50,7 @@ SHARED = [
     Shared("shared_setup.py", "#@title Shared setup: "),
     Shared("datasheet.py", "#@title The datasheet table: ", ("01", "09")),
     Shared("process_plumbing.py", "#@title Plumbing: run programs with a time limit", ("06", "08")),
+    Shared("torchrun_helpers.py", "#@title Shared torchrun helpers: ", ("06", "08")),
 ]
 
 
