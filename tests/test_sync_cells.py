@@ -101,7 +101,7 @@ def test_check_names_the_file_to_edit_and_sync_mends_the_copy_keeping_ids_and_me
     assert found.returncode == 1
     source = folder / "sources" / "shared_setup.py"
     assert f"{copy.name}: its copy of {source} differs" in found.stdout
-    assert f"'def fast_mode_edited_by_hand():' where the source has 'def fast_mode():'" in found.stdout
+    assert "'def fast_mode_edited_by_hand():' where the source has 'def fast_mode():'" in found.stdout
     assert f"edit {source}, not the copy" in found.stdout
     assert "1 cell differs from its source" in found.stdout
     mended = tool(folder)
@@ -193,6 +193,13 @@ def test_a_source_the_manifest_lacks_or_a_file_it_does_not_name_stops_the_tool(f
     (folder / "sources" / "datasheet.py").write_text("#@title Another title\n")
     done = tool(folder, "--check")
     assert done.returncode == 2 and "must start with '#@title The datasheet table: '" in done.stdout
+    install = folder / "sources" / "install.py"
+    install.write_text(install.read_text().replace("PACKAGES = ", "NEEDED = "))
+    done = tool(folder, "--check")
+    assert done.returncode == 2 and "install.py must assign PACKAGES once at the top level" in done.stdout
+    (folder / "sources" / "shared_setup.py").write_text("#@title Shared setup: \ndef broken(:\n")
+    done = tool(folder)
+    assert done.returncode == 2 and "shared_setup.py is not Python: line 2" in done.stdout
 
 
 # ---- "Words used here": each notebook's entries of GLOSSARY.md ---------------------------------------

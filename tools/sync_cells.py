@@ -201,8 +201,8 @@ def shown(path):
 
 def read_sources(source_dir=None, manifest=None):
     """{Shared: the cell source its file holds} (the file's text without its final newline); raises
-    ValueError when a file the manifest names is missing or does not start with its title, or when the
-    folder holds a .py file that the manifest does not name."""
+    ValueError when a file the manifest names is missing, does not start with its title, is not Python
+    or lacks a name its copies keep, or when the folder holds a .py file the manifest does not name."""
     source_dir = SOURCE_DIR if source_dir is None else Path(source_dir)
     manifest = SHARED if manifest is None else manifest
     sources, problems = {}, []
@@ -214,6 +214,16 @@ def read_sources(source_dir=None, manifest=None):
         text = path.read_text(encoding="utf-8").removesuffix("\n")
         if not first_line(text).startswith(shared.title):
             problems.append(f"{shown(path)} must start with {shared.title!r}: that line finds its copies")
+            continue
+        try:
+            ast.parse(text)
+        except SyntaxError as error:
+            problems.append(f"{shown(path)} is not Python: line {error.lineno}: {error.msg}")
+            continue
+        unassigned = [name for name in shared.keep if name not in assignment_spans(text, shared.keep)]
+        if unassigned:
+            problems.append(f"{shown(path)} must assign {' and '.join(unassigned)} once at the top level "
+                            f"(a line that stands for each copy's own)")
             continue
         sources[shared] = text
     named = {shared.file for shared in manifest}
