@@ -437,9 +437,9 @@ def test_published_peak_matches_the_model_and_its_form_factor(name, peak):
         assert found[1].startswith("https://www.nvidia.com/")
 
 
-# The same table gives the memory bandwidth, which notebook 09 (an exact copy of this cell, kept by
-# tools/sync_cells.py) compares its kernels with: the A100's 80 GB cards have faster memory than the
-# 40 GB ones (1,935 GB/s PCIe, 2,039 GB/s SXM, against 1,555), and the P100's 12 GB card slower.
+# The same table gives the memory bandwidth, which notebook 09 (the same copy of
+# tools/shared_cells/datasheet.py) compares its kernels with: the A100's 80 GB cards have faster memory
+# than the 40 GB ones (1,935 GB/s PCIe, 2,039 GB/s SXM, against 1,555), and the P100's 12 GB card slower.
 @pytest.mark.parametrize("name, bandwidth", [
     ("Tesla T4", 320), ("NVIDIA L4", 300),
     ("NVIDIA A100-SXM4-40GB", 1555), ("NVIDIA A100-PCIE-40GB", 1555),

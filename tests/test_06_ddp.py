@@ -34,8 +34,10 @@ from notebook_code import (cell_source, code_cells, core_cells, is_folded, load_
                            read, run_cell)
 
 nb = load_helpers("06")
-# Notebook 08 carries copies of 06's plumbing (torchrun's command line, running programs, reading
-# their output): the tests taking the fixture `plumbing` run on both copies.
+# Notebooks 06 and 08 carry the same two shared cells, written from tools/shared_cells/ by
+# tools/sync_cells.py: process_plumbing.py (running programs, reading their output) and
+# torchrun_helpers.py (the plan, torchrun's command line, the RESULT lines). The tests taking the
+# fixture `plumbing` run on both copies.
 PLUMBING = {"06": nb, "08": load_helpers("08")}
 
 # The calls notebook 06 teaches, each in a visible code cell of its core (checked by
@@ -338,9 +340,9 @@ def test_supports_option_reads_a_help_text():
     assert nb.supports_option(real_help, "--standalone") and nb.supports_option(real_help, "--tee")
 
 
-@pytest.mark.gpu_branch("06", "launch_plan: accelerator == 'mps'")
-@pytest.mark.gpu_branch("06", "launch_plan: gpu_count == 1")
-@pytest.mark.gpu_branch("06", "launch_plan: gpu_count >= 2")
+@pytest.mark.gpu_branch("06", "torchrun_plan: accelerator == 'mps'")
+@pytest.mark.gpu_branch("06", "torchrun_plan: gpu_count == 1")
+@pytest.mark.gpu_branch("06", "torchrun_plan: gpu_count >= 2")
 @pytest.mark.parametrize("gpus, cores, expected_nproc, backend, cpu_flag", [
     (0, 2, 2, "gloo", False), (1, 8, 2, "gloo", True), (2, 8, 2, "nccl", False), (4, 2, 4, "nccl", False)])
 def test_launch_plan_one_process_per_gpu_or_two_on_the_cpu(gpus, cores, expected_nproc, backend, cpu_flag):
@@ -361,7 +363,7 @@ def test_launch_plan_says_what_runs_on_0_1_and_2_gpus_and_why():
     assert "MPS" not in nb.launch_plan(1, 8, "mps")["why"]  # a CUDA GPU comes first
 
 
-@pytest.mark.gpu_branch("06", "launch_plan: os_name == 'nt'")
+@pytest.mark.gpu_branch("06", "torchrun_plan: os_name == 'nt'")
 @pytest.mark.parametrize("gpus", [0, 1, 2])
 def test_on_windows_the_launch_plan_warns_that_torchrun_lacks_libuv(gpus):
     windows, linux = nb.launch_plan(gpus, 8, os_name="nt"), nb.launch_plan(gpus, 8, os_name="posix")
@@ -500,13 +502,14 @@ def test_key_error_lines_finds_each_exception_once():
 
 
 PLUMBING_TITLE = "#@title Plumbing: run programs with a time limit"
+TORCHRUN_TITLE = "#@title Shared torchrun helpers: "
 
 
-def plumbing_names(number):
-    """(the functions notebook `number`'s copy of the shared plumbing cell defines, the ones the
-    notebook uses): named in another code cell, or by a plumbing function that is used."""
+def plumbing_names(number, title=PLUMBING_TITLE):
+    """(the functions notebook `number`'s copy of the shared cell starting with `title` defines, the
+    ones the notebook uses): named in another code cell, or by a function of the cell that is used."""
     cells = code_cells(read(notebook_path(number)))
-    [index] = [i for i, source in enumerate(cells) if source.startswith(PLUMBING_TITLE)]
+    [index] = [i for i, source in enumerate(cells) if source.startswith(title)]
     defined = {node.name: node for node in ast.parse(cells[index]).body
                if isinstance(node, ast.FunctionDef)}
 
@@ -527,6 +530,23 @@ def test_the_shared_plumbing_holds_exactly_what_each_notebook_uses(number):
     defined, used = plumbing_names(number)
     assert defined - used == set(), f"notebook {number} never uses these plumbing functions"
     assert "write_script" in used and "key_error_lines" not in defined  # 06's alone: beside its caller
+
+
+@pytest.mark.parametrize("number", ["06", "08"])
+def test_the_shared_torchrun_helpers_hold_exactly_what_each_notebook_uses(number):
+    defined, used = plumbing_names(number, TORCHRUN_TITLE)
+    assert defined - used == set(), f"notebook {number} never uses these torchrun helpers"
+    assert "torchrun_plan" in used and "supports_option" not in defined  # 06's alone: in its own cell
+
+
+def test_each_notebook_gives_the_shared_plan_its_own_reasons():
+    # one decision (tools/shared_cells/torchrun_helpers.py), each notebook's words for one GPU and MPS
+    eight = PLUMBING["08"]
+    for gpus, accelerator in [(0, "cpu"), (0, "mps"), (1, "cuda"), (2, "cuda")]:
+        ddp, fsdp = nb.launch_plan(gpus, 8, accelerator), eight.launch_plan(gpus, 8, accelerator)
+        assert {k: v for k, v in ddp.items() if k != "why"} == {k: v for k, v in fsdp.items() if k != "why"}
+        assert (ddp["why"] == fsdp["why"]) is (accelerator == "cpu" or gpus >= 2)
+    assert "DDP" in nb.launch_plan(1, 8)["why"] and "sharding" in eight.launch_plan(1, 8)["why"]
 
 
 def test_descendants_follow_the_whole_tree_only(plumbing):

@@ -8,9 +8,10 @@ cache, memory snapshots, autocast to float16 on a T4, NCCL) run against stand-in
 API that record how they are called. The last tests start the FSDP2 script with torchrun on 2 CPU
 processes over gloo, as the notebook does.
 
-The plumbing 08 copies from notebook 06 (torchrun_command, run_launchers, is_alive, stop_processes,
-read_parent_map, descendants, key_error_lines, parse_results) is tested on both copies in
-tests/test_06_ddp.py (the tests taking the fixture `plumbing`).
+The plumbing 08 shares with notebook 06 (tools/shared_cells/process_plumbing.py and torchrun_helpers.py:
+run_launchers, is_alive, stop_processes, read_parent_map, descendants, torchrun_command, parse_results)
+is tested on both copies in tests/test_06_ddp.py (the tests taking the fixture `plumbing`); 08's own
+launch_plan, which gives the shared torchrun_plan this notebook's reasons, is tested here.
 """
 import ast
 import gc
@@ -1004,7 +1005,7 @@ def test_a_launch_on_a_chosen_port_is_accepted_by_torchrun(tmp_path):
     assert args.training_script_args == ["--steps", "3"]
 
 
-@pytest.mark.gpu_branch("08", "launch_plan: os_name == 'nt'")
+@pytest.mark.gpu_branch("08", "torchrun_plan: os_name == 'nt'")
 @pytest.mark.parametrize("gpus", [0, 1, 2])
 def test_on_windows_the_launch_plan_warns_that_torchrun_lacks_libuv(gpus):
     windows, linux = nb.launch_plan(gpus, 2, os_name="nt"), nb.launch_plan(gpus, 2, os_name="posix")
@@ -1013,9 +1014,9 @@ def test_on_windows_the_launch_plan_warns_that_torchrun_lacks_libuv(gpus):
     assert windows["nproc"] == linux["nproc"] and windows["backend"] == linux["backend"]
 
 
-@pytest.mark.gpu_branch("08", "launch_plan: accelerator == 'mps'")
-@pytest.mark.gpu_branch("08", "launch_plan: gpu_count == 1")
-@pytest.mark.gpu_branch("08", "launch_plan: gpu_count >= 2")
+@pytest.mark.gpu_branch("08", "torchrun_plan: accelerator == 'mps'")
+@pytest.mark.gpu_branch("08", "torchrun_plan: gpu_count == 1")
+@pytest.mark.gpu_branch("08", "torchrun_plan: gpu_count >= 2")
 @pytest.mark.parametrize("gpus, backend, cpu_flag", [(0, "gloo", False), (1, "gloo", True), (2, "nccl", False)])
 def test_launch_plan_shards_over_gpus_only_when_there_are_two(gpus, backend, cpu_flag):
     plan = nb.launch_plan(gpus, 2)

@@ -500,7 +500,7 @@ def test_block_problem_at_its_boundaries(nb, blocks, allowed):
 
 # --- Step 4 on a GPU, with stand-ins ----------------------------------------------------------------
 
-# Step 4 reads notebook 01's datasheet table, copied whole (tools/sync_cells.py); its rows are tested in
+# Step 4 reads the datasheet table 01 carries too (tools/shared_cells/datasheet.py); its rows are tested in
 # tests/test_01_check_gpu.py. Here: the copy gives Step 4 one peak per model, memory and form factor.
 @pytest.mark.parametrize("name, peaks", [
     ("Tesla T4", (320, 8.1)), ("NVIDIA A100-SXM4-40GB", (1555, 19.5)),

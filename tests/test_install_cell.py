@@ -1,5 +1,6 @@
 """The install cell ("Setup, part 1"): the same body in every notebook, only its PACKAGES differ
-(tests/test_hygiene.py checks the copies), so testing the copy in notebook 01 tests them all.
+(tools/sync_cells.py writes them from tools/shared_cells/install.py; tests/test_sync_cells.py checks
+the copies), so testing the copy in notebook 01 tests them all.
 
 It decides, on any machine, whether each package works: installed, new enough, not one of the fastai
 sets measured to fail, and importable. On Colab and Kaggle only, it installs what is missing with pip

@@ -1,9 +1,9 @@
 """The helpers of the shared setup cell, tested once.
 
-The cell is the same in every notebook (tools/sync_cells.py copies it from notebook 01), so testing the copy
-in notebook 01 tests them all. Nothing here needs a GPU: CUDA synchronization is checked with a
-monkeypatched torch.cuda.synchronize, the device choice with torch.accelerator monkeypatched, and the
-timing function with a fake clock.
+The cell is the same in every notebook (tools/sync_cells.py writes it from
+tools/shared_cells/shared_setup.py), so testing the copy in notebook 01 tests them all. Nothing here needs
+a GPU: CUDA synchronization is checked with a monkeypatched torch.cuda.synchronize, the device choice with
+torch.accelerator monkeypatched, and the timing function with a fake clock.
 """
 import pytest
 import torch

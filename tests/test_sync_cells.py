@@ -1,5 +1,6 @@
-"""Every copied cell matches its one source (tools/sync_cells.py), and the tool finds and mends a copy
-edited by hand while keeping what each notebook owns: its PACKAGES, its cell ids and metadata."""
+"""Every shared cell's copies match its one source, a file in tools/shared_cells/ (tools/sync_cells.py);
+--check names the file to edit when a copy was edited by hand, and a sync mends the copy while keeping
+what each notebook owns: its PACKAGES, its cell ids and metadata."""
 import ast
 import contextlib
 import io
@@ -17,6 +18,7 @@ sys.path.insert(0, str(REPO / "tools"))
 import sync_cells  # noqa: E402
 
 TOOL = REPO / "tools" / "sync_cells.py"
+SOURCES = REPO / "tools" / "shared_cells"
 
 
 def run_tool(*args):
@@ -35,12 +37,23 @@ def test_every_copy_matches_its_source():
     assert "every copy matches its source" in done.stdout
 
 
-def test_every_shared_cell_has_a_copy_in_each_target():
+def test_every_shared_cell_has_one_copy_in_each_target_and_no_notebook_is_a_source():
     paths = sync_cells.notebooks()
-    _, wanted = sync_cells.expected_copies(paths)
+    read_notebooks = sync_cells.read_notebooks(paths)
+    sources = sync_cells.read_sources()
+    assert set(sources) == set(sync_cells.SHARED)
+    found = sync_cells.copies(read_notebooks, sources)
+    assert [copy.problem for copy in found if copy.problem] == []
     for shared in sync_cells.SHARED:
-        targets = shared.targets or tuple(number for number in paths if number != shared.source)
-        assert sorted(number for s, number, _, _ in wanted if s == shared) == sorted(targets)
+        targets = shared.targets or tuple(paths)
+        assert sorted(copy.number for copy in found if copy.shared == shared) == sorted(targets)
+        assert (SOURCES / shared.file).read_text().startswith(shared.title)
+
+
+def test_the_readme_of_the_shared_cells_names_every_file():
+    readme = (SOURCES / "README.md").read_text()
+    for shared in sync_cells.SHARED:
+        assert f"`{shared.file}`" in readme, f"tools/shared_cells/README.md does not name {shared.file}"
 
 
 def test_the_install_cell_comes_first_and_names_torch_in_every_notebook():
@@ -54,9 +67,17 @@ def test_the_install_cell_comes_first_and_names_torch_in_every_notebook():
 
 @pytest.fixture
 def folder(tmp_path):
+    """Copies of the notebooks (tmp_path/notebooks) and of the shared cells (tmp_path/sources)."""
+    (tmp_path / "notebooks").mkdir()
     for path in NOTEBOOKS:
-        shutil.copy(path, tmp_path / path.name)
+        shutil.copy(path, tmp_path / "notebooks" / path.name)
+    shutil.copytree(SOURCES, tmp_path / "sources")
     return tmp_path
+
+
+def tool(folder, *args):
+    """The tool on the copies in `folder`."""
+    return run_tool(*args, "--folder", str(folder / "notebooks"), "--sources", str(folder / "sources"))
 
 
 def cell_starting(path, title):
@@ -71,48 +92,64 @@ def edit(path, title, change):
     nbformat.write(notebook, str(path))
 
 
-def test_check_names_the_source_to_edit_and_sync_mends_the_copy_keeping_ids_and_metadata(folder):
-    copy = next(folder.glob("04_*.ipynb"))
+def test_check_names_the_file_to_edit_and_sync_mends_the_copy_keeping_ids_and_metadata(folder):
+    copy = next((folder / "notebooks").glob("04_*.ipynb"))
     title = "#@title Shared setup: "
     before, cell_before = cell_starting(copy, title)
     edit(copy, title, lambda source: source.replace("def fast_mode", "def fast_mode_edited_by_hand"))
-    found = run_tool("--check", "--folder", str(folder))
+    found = tool(folder, "--check")
     assert found.returncode == 1
-    assert f"{copy.name}: the copy of '{title}" in found.stdout
-    assert "differs from its source, 01_check_your_gpu.ipynb; edit it there" in found.stdout
-    mended = run_tool("--folder", str(folder))
-    assert mended.returncode == 0 and "1 copy rewritten" in mended.stdout
+    source = folder / "sources" / "shared_setup.py"
+    assert f"{copy.name}: its copy of {source} differs" in found.stdout
+    assert "'def fast_mode_edited_by_hand():' where the source has 'def fast_mode():'" in found.stdout
+    assert f"edit {source}, not the copy" in found.stdout
+    assert "1 cell differs from its source" in found.stdout
+    mended = tool(folder)
+    assert mended.returncode == 0 and "1 cell rewritten" in mended.stdout
     after, cell_after = cell_starting(copy, title)
     assert cell_after.source == cell_before.source
     assert (cell_after.id, cell_after.metadata) == (cell_before.id, cell_before.metadata)
-    assert run_tool("--check", "--folder", str(folder)).returncode == 0
+    assert tool(folder, "--check").returncode == 0
 
 
-def test_a_copy_of_06s_plumbing_edited_in_08_is_found(folder):
-    copy = next(folder.glob("08_*.ipynb"))
+def test_on_the_repository_check_names_the_file_in_tools_shared_cells(tmp_path):
+    # the default sources folder, shown as a contributor types it
+    for path in NOTEBOOKS:
+        shutil.copy(path, tmp_path / path.name)
+    edit(next(tmp_path.glob("09_*.ipynb")), "#@title The datasheet table: ", lambda source: source + "\n#")
+    found = run_tool("--check", "--folder", str(tmp_path))
+    assert found.returncode == 1
+    assert "09_what_a_gpu_kernel_is.ipynb: its copy of tools/shared_cells/datasheet.py differs" in found.stdout
+    assert "edit tools/shared_cells/datasheet.py, not the copy" in found.stdout
+
+
+def test_a_copy_of_the_plumbing_edited_in_06_is_found_like_any_other(folder):
+    copy = next((folder / "notebooks").glob("06_*.ipynb"))  # once the source, now a copy
     edit(copy, "#@title Plumbing: ", lambda source: source.replace('encoding="utf-8"', ""))
-    edit(copy, "#@title Plumbing: ", lambda source: source + "\n# an edit by hand\n")
-    found = run_tool("--check", "--folder", str(folder))
-    assert found.returncode == 1 and "06_more_than_one_gpu.ipynb; edit it there" in found.stdout
+    found = tool(folder, "--check")
+    assert found.returncode == 1 and f"edit {folder / 'sources' / 'process_plumbing.py'}" in found.stdout
+    assert "08_" not in found.stdout
 
 
-def test_each_notebook_keeps_its_own_packages_and_an_edit_of_the_source_reaches_every_copy(folder):
-    title = sync_cells.SHARED[0].title
+def test_an_edit_of_a_source_reaches_every_copy_and_each_keeps_its_own_packages(folder):
+    title = "#@title Setup, part 1: "
     packages = {}
-    for path in sorted(folder.glob("*.ipynb")):
+    for path in sorted((folder / "notebooks").glob("*.ipynb")):
         source = cell_starting(path, title)[1].source
-        packages[path.name] = sync_cells.assignment_spans(source, ("PACKAGES",))
-    source_notebook = next(folder.glob("01_*.ipynb"))
-    edit(source_notebook, title, lambda source: source + "\n# a new last line\n")
-    assert run_tool("--check", "--folder", str(folder)).returncode == 1
-    assert run_tool("--folder", str(folder)).returncode == 0
-    for path in sorted(folder.glob("*.ipynb")):
+        start, end = sync_cells.assignment_spans(source, ("PACKAGES",))["PACKAGES"]
+        packages[path.name] = source.split("\n")[start - 1:end]
+    assert len({str(lines) for lines in packages.values()}) > 1, "the notebooks need different packages"
+    source_file = folder / "sources" / "install.py"
+    source_file.write_text(source_file.read_text() + "# a new last line\n")
+    found = tool(folder, "--check")
+    assert found.returncode == 1 and found.stdout.count("its copy of") == len(packages)
+    assert tool(folder).returncode == 0
+    for path in sorted((folder / "notebooks").glob("*.ipynb")):
         copy = cell_starting(path, title)[1].source
-        original = cell_starting(REPO / "notebooks" / path.name, title)[1].source
-        assert copy.endswith("# a new last line\n")
-        own = sync_cells.assignment_spans(original, ("PACKAGES",))["PACKAGES"]
-        lines = original.split("\n")[own[0] - 1:own[1]]
-        assert "\n".join(lines) in copy, f"{path.name} lost its own PACKAGES"
+        assert copy.endswith("\n# a new last line"), path.name
+        assert "\n".join(packages[path.name]) in copy, f"{path.name} lost its own PACKAGES"
+        assert "this line stands for it" not in copy  # the source's own PACKAGES line goes nowhere
+    assert tool(folder, "--check").returncode == 0
 
 
 def test_with_kept_takes_the_copys_assignment_and_refuses_a_copy_without_it():
@@ -124,11 +161,45 @@ def test_with_kept_takes_the_copys_assignment_and_refuses_a_copy_without_it():
         sync_cells.with_kept(source, "A = 2", ("PACKAGES",))
 
 
-def test_a_missing_or_doubled_copy_is_an_error_not_a_silent_pass(folder):
-    copy = next(folder.glob("08_*.ipynb"))
-    edit(copy, "#@title Plumbing: ", lambda source: "#@title Renamed by hand\n" + source.split("\n", 1)[1])
-    done = run_tool("--check", "--folder", str(folder))
-    assert done.returncode == 2 and "notebook 08 must hold one copy" in done.stdout
+def test_a_missing_or_doubled_copy_is_reported_not_passed_over(folder):
+    notebooks = folder / "notebooks"
+    eight = next(notebooks.glob("08_*.ipynb"))
+    edit(eight, "#@title Plumbing: ", lambda source: "#@title Renamed by hand\n" + source.split("\n", 1)[1])
+    six = next(notebooks.glob("06_*.ipynb"))
+    notebook, cell = cell_starting(six, "#@title Shared setup: ")
+    notebook.cells.insert(5, nbformat.v4.new_code_cell(cell.source, id="a-second-copy"))
+    nbformat.write(notebook, str(six))
+    edit(next(notebooks.glob("02_*.ipynb")), "#@title Shared setup: ", lambda source: source + "\n#")
+    found = tool(folder, "--check")
+    assert found.returncode == 1 and "3 cells differ" in found.stdout
+    assert (f"{eight.name}: no code cell starts with '#@title Plumbing: run programs with a time limit', "
+            f"the copy of {folder / 'sources' / 'process_plumbing.py'}") in found.stdout
+    assert f"{six.name}: 2 code cells start with '#@title Shared setup: ' (ids " in found.stdout
+    assert "a-second-copy): keep one copy of" in found.stdout
+    # a sync mends what it can, and leaves the missing and the doubled copy to a person
+    done = tool(folder)
+    assert done.returncode == 1 and "1 cell rewritten" in done.stdout
+    assert "2 copies could not be written" in done.stdout
+
+
+def test_a_source_the_manifest_lacks_or_a_file_it_does_not_name_stops_the_tool(folder):
+    (folder / "sources" / "stray.py").write_text("#@title A cell nobody copies\n")
+    done = tool(folder, "--check")
+    assert done.returncode == 2 and "stray.py is named in no entry of tools/sync_cells.py's SHARED" in done.stdout
+    (folder / "sources" / "stray.py").unlink()
+    (folder / "sources" / "datasheet.py").unlink()
+    done = tool(folder)
+    assert done.returncode == 2 and "datasheet.py is missing" in done.stdout
+    (folder / "sources" / "datasheet.py").write_text("#@title Another title\n")
+    done = tool(folder, "--check")
+    assert done.returncode == 2 and "must start with '#@title The datasheet table: '" in done.stdout
+    install = folder / "sources" / "install.py"
+    install.write_text(install.read_text().replace("PACKAGES = ", "NEEDED = "))
+    done = tool(folder, "--check")
+    assert done.returncode == 2 and "install.py must assign PACKAGES once at the top level" in done.stdout
+    (folder / "sources" / "shared_setup.py").write_text("#@title Shared setup: \ndef broken(:\n")
+    done = tool(folder)
+    assert done.returncode == 2 and "shared_setup.py is not Python: line 2" in done.stdout
 
 
 # ---- "Words used here": each notebook's entries of GLOSSARY.md ---------------------------------------
@@ -192,14 +263,14 @@ def test_a_link_to_a_word_the_glossary_lacks_is_an_error():
 
 
 def test_check_finds_a_words_cell_edited_by_hand(folder):
-    copy = next(folder.glob("02_*.ipynb"))
+    copy = next((folder / "notebooks").glob("02_*.ipynb"))
     notebook = nbformat.read(str(copy), as_version=4)
     notebook.cells[0].source += "\n\nA [tensor](#glossary-tensor) here."
     nbformat.write(notebook, str(copy))
-    assert run_tool("--folder", str(folder)).returncode == 0
+    assert tool(folder).returncode == 0
     notebook = nbformat.read(str(copy), as_version=4)
     assert notebook.cells[-1].source.startswith("## Words used here")
     notebook.cells[-1].source += " (edited by hand)"
     nbformat.write(notebook, str(copy))
-    found = run_tool("--check", "--folder", str(folder))
-    assert found.returncode == 1 and "edit GLOSSARY.md or the links" in found.stdout
+    found = tool(folder, "--check")
+    assert found.returncode == 1 and "edit GLOSSARY.md or the notebook's glossary links" in found.stdout

@@ -1,17 +1,21 @@
-"""Copy every shared cell from its one source into the notebooks that carry a copy.
+"""Write every shared cell from its source in tools/shared_cells/ into the notebooks that carry a copy.
 
 Each notebook must run alone (uploaded to Colab or Kaggle with nothing beside it), so a few cells are
-copies: the install cell and the shared setup cell in every notebook, notebook 06's process plumbing in
-08, notebook 01's datasheet table in 09 (SHARED below names each one's source notebook; a copy is found
-by its `#@title` first line, and only its source text is replaced: cell ids, metadata and outputs stay,
-and the install cell keeps each notebook's own PACKAGES), and each notebook's last cell, "Words used
-here": the entries of GLOSSARY.md that the notebook's links `[word](#glossary-<anchor>)` point to, each
-with its anchor `<a id="glossary-<anchor>">`, so that the links work in a notebook uploaded alone.
+copies. Their one source each is a plain file in tools/shared_cells/ (its text is the cell's source, its
+first line the cell's `#@title ...` line); SHARED below is the manifest: each file, the start of its
+first line (which finds the copies), the notebooks that carry it, and the names each copy keeps as its
+own (the install cell's PACKAGES). Only a copy's source text is replaced: its cell id, metadata and
+outputs stay. No notebook is the source of another's cell. The tool also makes each notebook's last
+cell, "Words used here": the entries of GLOSSARY.md that the notebook's links
+`[word](#glossary-<anchor>)` point to, each with its anchor `<a id="glossary-<anchor>">`, so that the
+links work in a notebook uploaded alone.
 
     .venv/bin/python tools/sync_cells.py           # rewrite the copies from their sources
     .venv/bin/python tools/sync_cells.py --check   # change nothing; list every copy that differs
 
---check exits 1 when a copy differs and says which source to edit; tests/test_sync_cells.py runs it.
+--check exits 1 when a copy differs, is missing or is there twice, and names the file to edit
+(tools/shared_cells/<file>, or GLOSSARY.md); tests/test_sync_cells.py runs it. Exit code 2: the
+sources themselves are wrong (a file the manifest names is missing, or one it does not name is there).
 """
 import argparse
 import ast
@@ -24,6 +28,7 @@ import nbformat
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO / "notebooks"
+SOURCE_DIR = REPO / "tools" / "shared_cells"
 GLOSSARY = REPO / "GLOSSARY.md"
 WORDS_HEADING = "## Words used here"
 WORDS_CELL_ID = "words-used-here"
@@ -32,18 +37,20 @@ GLOSSARY_LINK = re.compile(r"\]\(#(glossary-[a-z0-9-]+)\)")
 
 @dataclass(frozen=True)
 class Shared:
-    """A code cell copied from notebook `source` into `targets` (None: every other notebook)."""
-    title: str  # the start of the cell's first line, the same in every copy
-    source: str  # the number of the notebook that holds the one source
-    targets: tuple = None
+    """A code cell whose source is the file `file` of tools/shared_cells/, copied into `targets`."""
+    file: str  # the source's file name in tools/shared_cells/
+    title: str  # the start of its first line: a code cell of a target starting so is its copy
+    targets: tuple = None  # the numbers of the notebooks that carry a copy; None: every notebook
     keep: tuple = ()  # top-level names whose assignment each copy keeps as its own
 
 
+# The manifest. tools/shared_cells/README.md says what each file holds.
 SHARED = [
-    Shared("#@title Setup, part 1: install what Colab or Kaggle lack", "01", keep=("PACKAGES",)),
-    Shared("#@title Shared setup: helpers, the device and the fast switch", "01"),
-    Shared("#@title Plumbing: run programs with a time limit", "06", ("08",)),
-    Shared("#@title The datasheet table: published peaks of a few NVIDIA GPUs", "01", ("09",)),
+    Shared("install.py", "#@title Setup, part 1: ", keep=("PACKAGES",)),
+    Shared("shared_setup.py", "#@title Shared setup: "),
+    Shared("datasheet.py", "#@title The datasheet table: ", ("01", "09")),
+    Shared("process_plumbing.py", "#@title Plumbing: run programs with a time limit", ("06", "08")),
+    Shared("torchrun_helpers.py", "#@title Shared torchrun helpers: ", ("06", "08")),
 ]
 
 
@@ -186,89 +193,186 @@ def sync_words(notebook, entries):
     return True
 
 
-def expected_copies(paths):
-    """[(shared, number, cell index, wanted source)] for every copy of every shared cell; raises
-    ValueError when a source or a copy is missing or found twice."""
-    read = {number: nbformat.read(str(path), as_version=4) for number, path in paths.items()}
-    wanted = []
-    for shared in SHARED:
-        sources = find_cells(read[shared.source], shared.title)
-        if len(sources) != 1:
-            raise ValueError(f"notebook {shared.source} must hold the source of {shared.title!r} once, "
-                             f"found {len(sources)}")
-        source_text = sources[0].source
-        key = first_line(source_text)
-        targets = shared.targets or tuple(n for n in read if n != shared.source)
-        for number in targets:
-            cells = [(index, cell) for index, cell in enumerate(read[number].cells)
-                     if cell.cell_type == "code" and first_line(cell.source) == key]
-            if len(cells) != 1:
-                raise ValueError(f"notebook {number} must hold one copy of {key!r} (its first line the "
-                                 f"same as in notebook {shared.source}), found {len(cells)}")
-            index, cell = cells[0]
-            wanted.append((shared, number, index, with_kept(source_text, cell.source, shared.keep)))
-    return read, wanted
+def shown(path):
+    """`path` as a contributor types it: relative to the repository when it is inside it."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
-WORDS = Shared(WORDS_HEADING, "GLOSSARY.md")  # how differences name the words cells
+def read_sources(source_dir=None, manifest=None):
+    """{Shared: the cell source its file holds} (the file's text without its final newline); raises
+    ValueError when a file the manifest names is missing, does not start with its title, is not Python
+    or lacks a name its copies keep, or when the folder holds a .py file the manifest does not name."""
+    source_dir = SOURCE_DIR if source_dir is None else Path(source_dir)
+    manifest = SHARED if manifest is None else manifest
+    sources, problems = {}, []
+    for shared in manifest:
+        path = source_dir / shared.file
+        if not path.is_file():
+            problems.append(f"{shown(path)} is missing (tools/sync_cells.py's SHARED names it)")
+            continue
+        text = path.read_text(encoding="utf-8").removesuffix("\n")
+        if not first_line(text).startswith(shared.title):
+            problems.append(f"{shown(path)} must start with {shared.title!r}: that line finds its copies")
+            continue
+        try:
+            ast.parse(text)
+        except SyntaxError as error:
+            problems.append(f"{shown(path)} is not Python: line {error.lineno}: {error.msg}")
+            continue
+        unassigned = [name for name in shared.keep if name not in assignment_spans(text, shared.keep)]
+        if unassigned:
+            problems.append(f"{shown(path)} must assign {' and '.join(unassigned)} once at the top level "
+                            f"(a line that stands for each copy's own)")
+            continue
+        sources[shared] = text
+    named = {shared.file for shared in manifest}
+    problems += [f"{shown(path)} is named in no entry of tools/sync_cells.py's SHARED: add it there, or "
+                 f"remove the file" for path in sorted(source_dir.glob("*.py")) if path.name not in named]
+    if problems:
+        raise ValueError("\n".join(problems))
+    return sources
 
 
-def differences(paths, glossary=None):
-    """[(number, shared)] for every copy that differs from its source (WORDS for a words cell)."""
-    read, wanted = expected_copies(paths)
-    found = [(number, shared) for shared, number, index, text in wanted
-             if read[number].cells[index].source != text]
-    entries = glossary_entries((glossary or GLOSSARY).read_text())
-    found += [(number, WORDS) for number in read if words_difference(read[number], entries)[2]]
+@dataclass
+class Copy:
+    """What one target notebook holds of one shared cell: the index of its copy (None when the notebook
+    has no copy or more than one), the text the copy should have, and what is wrong with it."""
+    shared: Shared
+    number: str
+    index: int = None
+    wanted: str = None
+    problem: str = None
+
+
+def first_difference(have, want):
+    """'line 12 is "..." where the source has "..."': where a copy first departs from its source."""
+    have_lines, want_lines = have.split("\n"), want.split("\n")
+    for number, (mine, theirs) in enumerate(zip(have_lines, want_lines), start=1):
+        if mine != theirs:
+            return f"line {number} is {mine.strip()[:60]!r} where the source has {theirs.strip()[:60]!r}"
+    number = min(len(have_lines), len(want_lines)) + 1
+    longer = "the copy" if len(have_lines) > len(want_lines) else "the source"
+    return f"{longer} goes on after line {number - 1}"
+
+
+def copies(read, sources, source_dir=None):
+    """[Copy] for every target notebook of every shared cell, in the manifest's order."""
+    source_dir = SOURCE_DIR if source_dir is None else Path(source_dir)
+    found = []
+    for shared, text in sources.items():
+        where = shown(source_dir / shared.file)
+        for number in shared.targets or tuple(read):
+            if number not in read:
+                found.append(Copy(shared, number, problem=f"notebook {number}, a target of {where} in "
+                                                          f"tools/sync_cells.py's SHARED, is not there"))
+                continue
+            cells = [index for index, cell in enumerate(read[number].cells)
+                     if cell.cell_type == "code" and first_line(cell.source).startswith(shared.title)]
+            if not cells:
+                found.append(Copy(shared, number, problem=(
+                    f"no code cell starts with {shared.title!r}, the copy of {where}: put the cell "
+                    f"back with that first line, or take {number} out of its targets in "
+                    f"tools/sync_cells.py's SHARED")))
+                continue
+            if len(cells) > 1:
+                ids = ", ".join(str(read[number].cells[index].get("id")) for index in cells)
+                found.append(Copy(shared, number, problem=(
+                    f"{len(cells)} code cells start with {shared.title!r} (ids {ids}): keep one "
+                    f"copy of {where}")))
+                continue
+            index = cells[0]
+            have = read[number].cells[index].source
+            try:
+                wanted = with_kept(text, have, shared.keep)
+            except ValueError as error:
+                found.append(Copy(shared, number, index, problem=f"its copy of {where}: {error}"))
+                continue
+            problem = None
+            if have != wanted:
+                problem = (f"its copy of {where} differs ({first_difference(have, wanted)}): edit "
+                           f"{where}, not the copy, then run tools/sync_cells.py")
+            found.append(Copy(shared, number, index, wanted, problem))
     return found
 
 
-def sync(paths, glossary=None):
-    """Rewrite every copy that differs; returns [(number, shared)] of the copies rewritten."""
-    read, wanted = expected_copies(paths)
-    changed = []
-    for shared, number, index, text in wanted:
-        if read[number].cells[index].source != text:
-            read[number].cells[index].source = text
-            changed.append((number, shared))
+def words_problems(read, glossary=None):
+    """[(number, what is wrong)] for every words cell that is not what GLOSSARY.md makes."""
     entries = glossary_entries((glossary or GLOSSARY).read_text())
-    changed += [(number, WORDS) for number in read if sync_words(read[number], entries)]
+    found = []
+    for number, notebook in read.items():
+        problem = words_difference(notebook, entries)[2]
+        if problem:
+            found.append((number, f"{problem}: edit GLOSSARY.md or the notebook's glossary links "
+                                  f"(never the words cell), then run tools/sync_cells.py"))
+    return found
+
+
+def read_notebooks(paths):
+    return {number: nbformat.read(str(path), as_version=4) for number, path in paths.items()}
+
+
+def differences(paths, source_dir=None, glossary=None):
+    """[(number, what is wrong)] for every copy that differs from its source, is missing or is doubled,
+    and every words cell that GLOSSARY.md would make otherwise. Changes nothing."""
+    read = read_notebooks(paths)
+    found = [(copy.number, copy.problem) for copy in copies(read, read_sources(source_dir), source_dir)
+             if copy.problem]
+    return found + words_problems(read, glossary)
+
+
+def sync(paths, source_dir=None, glossary=None):
+    """Rewrite every copy that differs and every words cell; returns ([(number, what was rewritten)],
+    [(number, what could not be mended)]): a missing or doubled copy is left for a person to mend."""
+    read = read_notebooks(paths)
+    changed, unmended = [], []
+    for copy in copies(read, read_sources(source_dir), source_dir):
+        if copy.wanted is None:
+            unmended.append((copy.number, copy.problem))
+        elif copy.problem:
+            read[copy.number].cells[copy.index].source = copy.wanted
+            changed.append((copy.number, f"the copy of {copy.shared.file}"))
+    entries = glossary_entries((glossary or GLOSSARY).read_text())
+    changed += [(number, f"its {WORDS_HEADING!r} cell") for number in read
+                if sync_words(read[number], entries)]
     for number in sorted({number for number, _ in changed}):
         nbformat.write(read[number], str(paths[number]))
-    return changed
+    return changed, unmended
 
 
-def describe(number, shared, paths):
-    if shared is WORDS:
-        return (f"{paths[number].name}: its {WORDS_HEADING!r} cell is not what GLOSSARY.md and the "
-                f"notebook's glossary links make; edit GLOSSARY.md or the links, then run "
-                f"tools/sync_cells.py")
-    source = paths[shared.source].name
-    return (f"{paths[number].name}: the copy of {shared.title!r} differs from its source, "
-            f"{source}; edit it there, then run tools/sync_cells.py")
+def plural(count, one, many):
+    return f"{count} {one if count == 1 else many}"
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 on a difference")
     parser.add_argument("--folder", default=None, help="the notebooks' folder (default: notebooks/)")
+    parser.add_argument("--sources", default=None,
+                        help="the shared cells' folder (default: tools/shared_cells/)")
     args = parser.parse_args(argv)
     paths = notebooks(args.folder)
     try:
-        found = differences(paths) if args.check else sync(paths)
+        if args.check:
+            found = differences(paths, args.sources)
+        else:
+            changed, found = sync(paths, args.sources)
     except ValueError as error:
         print(f"sync_cells: {error}")
         return 2
+    if not args.check:
+        for number, what in changed:
+            print(f"rewrote {paths[number].name}: {what}")
+        print(f"sync_cells: {plural(len(changed), 'cell', 'cells')} rewritten")
+    for number, problem in found:
+        print(f"{paths[number].name if number in paths else number}: {problem}")
     if args.check:
-        for number, shared in found:
-            print(describe(number, shared, paths))
-        print(f"sync_cells: {len(found)} cop{'y differs' if len(found) == 1 else 'ies differ'}"
+        print("sync_cells: " + plural(len(found), "cell differs from its source or is missing",
+                                      "cells differ from their sources or are missing")
               if found else "sync_cells: every copy matches its source")
-        return 1 if found else 0
-    for number, shared in found:
-        print(f"rewrote {paths[number].name}: {shared.title!r} from {shared.source}")
-    print(f"sync_cells: {len(found)} cop{'y' if len(found) == 1 else 'ies'} rewritten")
-    return 0
+    elif found:
+        print(f"sync_cells: {plural(len(found), 'copy', 'copies')} could not be written (above)")
+    return 1 if found else 0
 
 
 if __name__ == "__main__":
