@@ -12,7 +12,8 @@ is checked three ways.
    in the console, no unexplained red output). Without a browser that item is skipped (it fails when CI
    is true); one JupyterLab and one browser serve every notebook of a test worker.
 
-`pytest notebooks/05_find_the_bottleneck.ipynb` runs one notebook this way. With nbval's own options
+`pytest notebooks/05_find_the_bottleneck.ipynb` runs one notebook this way (`--no-page`: without the
+third check, while writing a notebook). With nbval's own options
 (`--nbval-lax`, `--nbval`) nbval collects the notebooks itself, in place, without these checks' third.
 """
 import shutil
@@ -30,6 +31,12 @@ from notebook_run import environment
 def is_collection_notebook(file_path):
     path = Path(file_path)
     return path.suffix == ".ipynb" and path.parent.resolve() == NOTEBOOK_DIR.resolve()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--no-page", action="store_true",
+                     help="run the notebooks without checking their pages in JupyterLab (quicker, while "
+                          "writing a notebook; the test command checks them)")
 
 
 def pytest_collect_file(file_path, parent):
@@ -64,7 +71,8 @@ class NotebookAlone(IPyNbFile):
 
     def collect(self):
         yield from super().collect()
-        yield RenderedInJupyterLab.from_parent(self, name="page in JupyterLab")
+        if not self.config.getoption("--no-page"):
+            yield RenderedInJupyterLab.from_parent(self, name="page in JupyterLab")
 
     def executed_notebook(self):
         """The notebook with the outputs nbval's cells recorded (an unrun cell has none)."""

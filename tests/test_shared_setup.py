@@ -179,3 +179,10 @@ def test_report_figures_shows_one_machine_readable_output_and_nothing_to_read(mo
                       "figures": {"gflops": 4321.5, "sizes": [1, 2], "dtype": "torch.float16"}}
     assert shown == [({nb.FIGURES_MIME: record, "text/plain": ""}, True)]
     assert nb.report_figures(fallback="stand-in pictures")["fallback"] == "stand-in pictures"
+
+
+def test_feedback_shows_as_plain_text_and_not_done_spots_the_starters_ellipsis():
+    verdict = nb.Feedback("PASSED: 3 of 3")
+    assert verdict == "PASSED: 3 of 3" and repr(verdict) == "PASSED: 3 of 3", "no quotes when a cell ends with it"
+    assert nb.not_done(1, ...) and nb.not_done(...)
+    assert not nb.not_done(1, None, 0, "...", [...]), "only the ... object itself is the placeholder"

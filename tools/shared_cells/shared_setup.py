@@ -92,6 +92,19 @@ def report_figures(fallback=None, **figures):
     return record
 
 
+class Feedback(str):
+    """An exercise check's verdict, shown as plain text when a cell ends with it: 'PASSED ...',
+    'NOT DONE YET ...' or 'NOT YET RIGHT: ' and what is wrong."""
+
+    def __repr__(self):
+        return str(self)
+
+
+def not_done(*values):
+    """True while a value the learner is asked to write is still the starter's `...`."""
+    return any(value is Ellipsis for value in values)
+
+
 FAST = fast_mode()
 device = pick_device()
 DATA_DIR = find_data_dir()
