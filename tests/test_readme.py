@@ -101,3 +101,14 @@ def test_the_test_command_sets_the_notebook_size_itself(monkeypatch, caller, ful
 def test_this_run_is_in_the_size_its_command_line_asked_for(request):
     expected = "0" if request.config.getoption("--full-size") else "1"
     assert os.environ["TUTORIAL_FAST"] == expected
+
+
+@pytest.mark.parametrize("name", ["README.md", "CONTRIBUTING.md", "docs/measurements.md",
+                                  "tools/shared_cells/README.md"])
+def test_every_link_of_the_maintainers_and_learners_pages_stays_in_the_repository(name):
+    """The project stands alone: a relative link names a file of this repository, never one beside it."""
+    page = REPO / name
+    targets = re.findall(r"\]\(([^)\s#]+)[^)]*\)", page.read_text())
+    local = [target for target in targets if not target.startswith(("https://", "http://", "mailto:"))]
+    assert all((page.parent / target).resolve().is_relative_to(REPO) for target in local), local
+    assert all((page.parent / target).exists() for target in local), local
