@@ -58,7 +58,7 @@ GPU_NAMES = [
 
 @dataclass(frozen=True)
 class Branch:
-    notebook: str  # "01".."09", or "shared" for the install and shared setup cells
+    notebook: str  # "01".."10", or "shared" for the install and shared setup cells
     key: str  # "<where>: <condition>", see the module docstring
     cell: int  # index of the cell in the notebook
     cell_id: str
@@ -157,7 +157,7 @@ def gpu_branches(paths=NOTEBOOKS):
 
 # Claims made here for tests in other files: (notebook, key): "tests/file.py::test_name". A marker
 # @pytest.mark.gpu_branch(notebook, key) on the test itself does the same and is easier to keep in step:
-# the tests of notebooks 01, 02 and 06 to 09 carry theirs as markers; these entries wait for the same.
+# most tests carry theirs as markers; these entries wait for the same.
 CLAIMED_BY = {
     # Notebook 04: the sentences for a GPU's numbers, and the GPU's larger product.
     ("04", "describe_break_even: gpu_fit is None"): "tests/test_04_gpu_win.py::test_break_even_sentence",
