@@ -120,6 +120,16 @@ def test_interleaved_rounds_rotate_the_order_and_spread_is_relative_to_the_media
     assert nb.spread_pct([1.0, 1.0, 4.0]) == 300.0, "relative to the median, not the mean"
 
 
+def test_time_mode_times_one_picture_calls_under_the_mode_it_is_given(nb, monkeypatch):
+    seen = []
+    model = lambda batch: seen.append((len(batch), torch.is_inference_mode_enabled()))  # noqa: E731
+    for name, value in {"model": model, "images": torch.zeros(8, 3), "device": torch.device("cpu")}.items():
+        monkeypatch.setitem(nb.time_mode.__globals__, name, value)
+    seconds = nb.time_mode(torch.inference_mode, calls=4)()
+    assert seen == [(1, True)] * 8, "time_it's warm-up round, then the timed one, of 4 calls each"
+    assert 0 <= seconds < 1
+
+
 def test_the_inference_tensor_cell_keeps_every_tensor_on_the_device(nb):
     # PyTorch's "meta" device stands in for a GPU: like a CUDA tensor, a meta tensor cannot meet a CPU
     # tensor in one operation, so a tensor the cell made on the CPU fails here as it would on a T4.
