@@ -7,6 +7,7 @@ how: a regular expression searched, case-sensitively and with line breaks read a
 - "title": the notebook's first cell (what you will find out, the title table);
 - "core": the markdown before the Summary;
 - "notebook": every markdown cell.
+A promise with `present=False` is a corrected error that must not come back (a claim that was wrong).
 What a cell prints is not here: tests/verdicts.py holds the verdicts.
 """
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ class Promise:
     pattern: str
     where: str
     why: str
+    present: bool = True
 
 
 WHERE = ("title", "core", "notebook")
@@ -25,6 +27,28 @@ PROMISES = {
     "06": [
         Promise(r"Settings > Accelerator > GPU T4 x2", "title",
                 "the menu path that gives a Kaggle learner two real GPUs for the processes of Steps 4-6"),
+    ],
+    "10": [
+        Promise(r"needs no compiling.*first call still pays", "core",
+                "an AOTInductor package needs no compiling in a fresh process, but its first call still pays "
+                "the start-up of Step 1, so a server warms it up (issue 37)"),
+        Promise(r"compiled speed from (its|the) first (call|request)", "notebook",
+                "the first call of a package is not at compiled speed: its first_call_s shows the start-up",
+                present=False),
+        Promise(r"the CUDA toolkit", "core",
+                "AOTInductor on a GPU needs the CUDA toolkit, which a pip-only machine lacks"),
+        Promise(r"on a GPU one architecture", "notebook",
+                "a package built on a T4 does not run on an A100: its kernels are for one GPU architecture"),
+        Promise(r"plus the larger batch's longer compute", "notebook",
+                "the batcher's cost is its delay plus the larger batch's compute, not the delay alone"),
+        Promise(r"memory the system cannot page out", "notebook", "what pinned memory is"),
+        Promise(r"99 requests in 100 finish within it", "core", "what p99 means"),
+        Promise(r"effective rate", "core",
+                "the knee's GFLOP/s is an effective rate, not comparable with a datasheet peak"),
+        Promise(r"silently runs on the CPU", "notebook",
+                "ONNX Runtime's fallback to the CPU is logged: it is quiet, not silent", present=False),
+        Promise(r"CUDA graphs are kept per thread.*pad each batch to one of a few fixed sizes", "notebook",
+                "the hint for serving a reduce-overhead model: each new batch size records its own graph"),
     ],
     "08": [
         Promise(r"Settings > Accelerator > GPU T4 x2", "title",

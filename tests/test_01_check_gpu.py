@@ -429,6 +429,11 @@ def test_arch_supported(capability, arches, expected):
     ("Tesla V100-DGXS-16GB", None), ("Tesla V100-SXM3-32GB", None),  # form factors not in the table
     ("Tesla V100S-PCIE-32GB", None),  # a different model (V100S), not a V100
     ("NVIDIA L40S", None), ("NVIDIA T400", None), ("AMD Instinct MI250X/MI250", None),
+    # the H100's device names as PyTorch and nvidia-smi report them: the SXM5 module names no form
+    # factor, the PCIe card does; the NVL card (another clock, 94 GB) and the H200 have no row
+    ("NVIDIA H100 80GB HBM3", 67.0), ("NVIDIA H100 PCIe", 51.0),
+    ("NVIDIA H100 NVL", None), ("NVIDIA H200", None), ("NVIDIA H200 NVL", None),
+    ("NVIDIA GH200 480GB", None), ("NVIDIA H800", None),
 ])
 def test_published_peak_matches_the_model_and_its_form_factor(name, peak):
     found = nb.published_peak(name)
@@ -448,6 +453,7 @@ def test_published_peak_matches_the_model_and_its_form_factor(name, peak):
     ("Tesla V100-SXM2-16GB", 900), ("Tesla V100-PCIE-32GB", 900),
     ("Tesla P100-PCIE-16GB", 732), ("Tesla P100-PCIE-12GB", 549), ("Tesla P100-SXM2-16GB", 732),
     ("Tesla P100-SXM2-12GB", None), ("Tesla V100-SXM3-32GB", None), ("NVIDIA L40S", None),
+    ("NVIDIA H100 80GB HBM3", 3350), ("NVIDIA H100 PCIe", 2000), ("NVIDIA H100 NVL", None),
 ])
 def test_datasheet_gives_the_bandwidth_of_the_model_its_memory_and_its_form_factor(name, bandwidth):
     found = nb.datasheet(name)
@@ -473,6 +479,8 @@ def test_each_model_of_the_datasheet_table_has_its_page_and_one_row_per_memory_a
 @pytest.mark.parametrize("name, form", [
     ("Tesla V100-SXM2-16GB", "SXM2"), ("NVIDIA A100-SXM4-40GB", "SXM4"), ("NVIDIA A100-SXM-80GB", "SXM"),
     ("Tesla V100-PCIE-32GB", "PCIE"), ("NVIDIA A100 80GB PCIe", "PCIE"), ("Tesla T4", None),
+    ("NVIDIA H100 80GB HBM3", "SXM"), ("NVIDIA H100 PCIe", "PCIE"), ("NVIDIA H100 NVL", "NVL"),
+    ("NVIDIA H200", "SXM"), ("NVIDIA H200 NVL", "NVL"), ("NVIDIA GH200 480GB", None),
 ])
 def test_form_factor_is_read_from_the_device_name(name, form):
     assert nb.form_factor(name) == form
@@ -1298,5 +1306,15 @@ def test_the_core_reports_the_figures_it_measured_once(machine, expected):
 
 
 def test_no_dtype_is_chosen_by_is_bf16_supported_alone():
-    """A T4 answers True through emulation (pytorch/pytorch#148322); 01 chooses no dtype by it."""
+    """A T4 answers True through emulation (torch/cuda/__init__.py: is_bf16_supported counts it by
+    default); 01 chooses no dtype by it."""
     assert not any("is_bf16_supported" in source for source in code_cells(NOTEBOOK))
+
+
+def test_the_summary_names_the_one_exception_to_only_the_driver():
+    # The wheels bring the CUDA runtime, not the toolkit: AOTInductor on a GPU compiles against its
+    # headers (torch.utils.cpp_extension.include_paths("cuda") needs CUDA_HOME; pytorch/pytorch#197765).
+    [summary] = [cell for cell in read(notebook_path("01")).cells if cell.get("id") == "cell-24-summary"]
+    text = " ".join(summary.source.split())
+    assert ("only the driver is installed separately (one exception: notebook 10's AOTInductor package "
+            "compiles against NVIDIA's CUDA toolkit, which Colab and Kaggle have)") in text

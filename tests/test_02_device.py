@@ -1042,5 +1042,6 @@ def test_the_core_reports_the_figures_it_measured_once(nb, elsewhere, pinned, fa
 
 
 def test_no_dtype_is_chosen_by_is_bf16_supported_alone():
-    """A T4 answers True through emulation (pytorch/pytorch#148322); 02 chooses no dtype by it."""
+    """A T4 answers True through emulation (torch/cuda/__init__.py: is_bf16_supported counts it by
+    default); 02 chooses no dtype by it."""
     assert not any("is_bf16_supported" in source for source in notebook_text("code"))

@@ -1605,7 +1605,8 @@ def test_the_baseline_adam_is_pytorchs_default_form_and_a_variant_brings_its_own
 def stand_in_cuda_plan(monkeypatch, request, capability):
     """The namespace after cells 05 and 54 on a CUDA GPU of `capability`, from stand-ins shaped like
     PyTorch's answers: get_device_capability returns (major, minor), and is_bf16_supported returns True
-    as it does on a T4 too (by default it counts emulation: pytorch/pytorch#148322)."""
+    as it does on a T4 too (by default it counts emulation: torch/cuda/__init__.py,
+    is_bf16_supported(including_emulation=True))."""
     stand_in_capability(monkeypatch, capability)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
     logger = logging.getLogger("torch.utils.cpp_extension")
@@ -1664,7 +1665,7 @@ def test_mixed_precision_on_cuda_picks_its_type_by_capability_and_scales_float16
 
 def test_no_dtype_choice_relies_on_is_bf16_supported(monkeypatch):
     # torch.cuda.is_bf16_supported() counts emulation by default, so it says True on a T4, where
-    # bfloat16 has no Tensor Cores (torch/cuda/__init__.py; pytorch/pytorch#148322). The notebook
+    # bfloat16 has no Tensor Cores (torch/cuda/__init__.py: including_emulation=True). The notebook
     # decides by the compute capability; a call is allowed only with including_emulation=False.
     for source in code_cells(NOTEBOOK):
         for call in re.findall(r"is_bf16_supported\(([^)]*)\)", source):
@@ -1678,7 +1679,11 @@ def test_step_5_explains_tensor_cores_and_the_emulated_bfloat16_with_its_sources
     text = " ".join(cell_markdown_before("cell-54").split())
     assert text.startswith("## Step 5") and "**[Tensor Cores](#glossary-tensor-cores)**" in text
     assert "https://www.nvidia.com/en-us/data-center/tesla-t4/" in text and "65 TFLOP/s" in text
-    assert "`including_emulation=False`" in text and "pytorch/pytorch/pull/148322" in text
+    # cited from PyTorch's source (is_bf16_supported(including_emulation=True) in
+    # torch/cuda/__init__.py), not from a pull request that was never merged
+    assert "`including_emulation=False`" in text
+    assert ("[`torch/cuda/__init__.py`](https://github.com/pytorch/pytorch/blob/main/torch/cuda/__init__.py)"
+            in text) and "/pull/" not in text
     first = min(index for index, cell in enumerate(NOTEBOOK.cells) if "Tensor Core" in cell.source)
     assert NOTEBOOK.cells[first].get("id") == "cell-53", "Tensor Cores are explained where first named"
 

@@ -1105,7 +1105,8 @@ def test_cublas_workspace_config_is_set_before_any_gpu_work():
 
 
 def test_no_dtype_choice_rests_on_is_bf16_supported():
-    # A T4 answers True through emulation (pytorch/pytorch#148322); 07 picks float16 by the device.
+    # A T4 answers True through emulation (torch/cuda/__init__.py: is_bf16_supported counts it by
+    # default); 07 picks float16 by the device.
     assert not any("is_bf16_supported" in source for source in code_cells(NOTEBOOK))
 
 

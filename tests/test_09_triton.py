@@ -507,6 +507,8 @@ def test_block_problem_at_its_boundaries(nb, blocks, allowed):
     ("NVIDIA A100-SXM4-80GB", (2039, 19.5)), ("NVIDIA A100 80GB PCIe", (1935, 19.5)),
     ("Tesla V100-SXM2-16GB", (900, 15.7)), ("Tesla V100-PCIE-32GB", (900, 14.0)),
     ("NVIDIA L40S", None), ("AMD Instinct MI300X", None),  # L4 must not match L40S
+    ("NVIDIA H100 80GB HBM3", (3350, 67.0)), ("NVIDIA H100 PCIe", (2000, 51.0)),  # SXM5 names none
+    ("NVIDIA H100 NVL", None),
 ])
 def test_the_datasheet_copy_gives_step_4_the_peaks_of_the_model_memory_and_form_factor(nb, name, peaks):
     found = nb.datasheet(name)

@@ -62,11 +62,52 @@ def test_percentile_is_the_nearest_rank(nb):
     assert nb.percentile([7.0], 99) == 7.0 and nb.percentile(ten, 0) == 1
 
 
-def test_latency_table_reports_milliseconds_and_the_first_request(nb):
+def test_latency_table_reports_milliseconds_the_first_request_and_how_many_were_slower(nb):
     table = nb.latency_table([0.001] * 98 + [0.002, 0.010], first_s=0.05)
-    row = table.loc["ms"]
-    assert (row.p50, row.p95, row.p99, row.slowest) == (1.0, 1.0, 2.0, 10.0)
-    assert row["first (Step 1)"] == 50.0 and row["mean"] == pytest.approx(1.1)
+    ms = table["ms"]
+    assert (ms.p50, ms.p95, ms.p99, ms.slowest) == (1.0, 1.0, 2.0, 10.0)
+    assert ms["first (Step 1)"] == 50.0 and ms["mean"] == pytest.approx(1.1)
+    slower = table["requests_slower"]
+    assert (slower.p50, slower.p95, slower.p99, slower.slowest) == (50, 5, 1, 0)
+    assert slower.isna().tolist() == [False] * 4 + [True, True], "no count for the mean and the first"
+
+
+@pytest.mark.parametrize("count, point, slower", [
+    (400, 99, 4), (300, 99, 3), (2000, 99, 20), (1999, 99, 19), (100, 99, 1), (100, 50, 50),
+    (101, 50, 50), (1, 99, 0), (20, 95, 1)])
+def test_tail_size_counts_the_values_ranked_above_a_percentile(nb, count, point, slower):
+    assert nb.tail_size(count, point) == slower
+    values = list(range(count))
+    assert sum(value > nb.percentile(values, point) for value in values) == slower
+
+
+@pytest.mark.gpu_branch("10", "request_counts: device_type != 'cpu'")
+def test_on_a_gpu_p99_rests_on_at_least_20_requests_in_both_steps(nb):
+    for device_type in ("cuda", "mps"):
+        single, load = nb.request_counts(False, device_type)
+        assert nb.tail_size(single, 99) >= 20 and nb.tail_size(load, 99) >= 20
+        assert (single, load) == (2000, 2000), "about 2,000: p99 on 20, not many more minutes"
+    assert nb.request_counts(False, "cpu") == (400, 300)  # each takes longer on a CPU: it says so
+    assert nb.request_counts(True, "cuda") == nb.request_counts(True, "cpu") == (100, 100)
+
+
+def test_step_2_sends_untimed_warm_up_requests_before_the_timed_ones(nb):
+    calls, clock = [], FakeClock()
+
+    def one_request(model, image):  # 1 ms per request on the fake clock
+        calls.append(image.item())
+        clock.now += 0.001
+        return image.reshape(1, 1)
+
+    namespace = {**vars(nb), "time": clock, "one_request": one_request, "model": None,
+                 "torch": types.SimpleNamespace(randn=lambda count, *shape: torch.arange(float(count)),
+                                                cat=torch.cat),
+                 "REQUESTS": 30, "WARM_UP": 5, "first_s": 0.5, "device": torch.device("cpu"),
+                 "draw_latencies": lambda latencies, first_s: None}
+    run_cell("10", "requests", namespace)
+    assert calls == list(range(5)) + list(range(30)), "the warm-up first, then every request, timed"
+    assert namespace["latencies"] == [pytest.approx(0.001)] * 30
+    assert torch.equal(namespace["alone"], torch.arange(30.0).reshape(30, 1))
 
 
 def test_interleaved_rounds_rotate_the_order_and_spread_is_relative_to_the_median(nb):
@@ -77,6 +118,16 @@ def test_interleaved_rounds_rotate_the_order_and_spread_is_relative_to_the_media
     assert seconds == {"a": [1, 6, 8], "b": [2, 4, 9], "c": [3, 5, 7]}
     assert nb.spread_pct([1.0, 2.0, 3.0]) == 100.0
     assert nb.spread_pct([1.0, 1.0, 4.0]) == 300.0, "relative to the median, not the mean"
+
+
+def test_time_mode_times_one_picture_calls_under_the_mode_it_is_given(nb, monkeypatch):
+    seen = []
+    model = lambda batch: seen.append((len(batch), torch.is_inference_mode_enabled()))  # noqa: E731
+    for name, value in {"model": model, "images": torch.zeros(8, 3), "device": torch.device("cpu")}.items():
+        monkeypatch.setitem(nb.time_mode.__globals__, name, value)
+    seconds = nb.time_mode(torch.inference_mode, calls=4)()
+    assert seen == [(1, True)] * 8, "time_it's warm-up round, then the timed one, of 4 calls each"
+    assert 0 <= seconds < 1
 
 
 def test_the_inference_tensor_cell_keeps_every_tensor_on_the_device(nb):
@@ -123,11 +174,12 @@ def test_the_overlap_form_finds_the_split_and_the_knee_is_where_the_terms_meet(n
 
 
 @pytest.mark.parametrize("knee, expected", [
-    (1.9, "Fixed cost 0.020 ms per batch, 2.0 GFLOP/s: knee at batch 1.9, so batching buys little."),
-    (2.0, "Fixed cost 0.020 ms per batch, 2.0 GFLOP/s: knee at batch 2.0; up to it, a larger batch costs "
-          "little extra time."),
-    (256.0, "Fixed cost 0.020 ms per batch, 2.0 GFLOP/s: knee at batch 256.0; up to it, a larger batch "
-            "costs little extra time."),
+    (1.9, "Fixed cost 0.020 ms per batch, 2.0 effective GFLOP/s: knee at batch 1.9, so batching buys "
+          "little."),
+    (2.0, "Fixed cost 0.020 ms per batch, 2.0 effective GFLOP/s: knee at batch 2.0; up to it, a larger "
+          "batch costs little extra time."),
+    (256.0, "Fixed cost 0.020 ms per batch, 2.0 effective GFLOP/s: knee at batch 256.0; up to it, a "
+            "larger batch costs little extra time."),
     (256.5, "Fixed cost 0.020 ms per batch; no knee up to batch 256: each batch cost about the fixed cost."),
     (float("inf"), "Fixed cost 0.020 ms per batch; no knee up to batch 256: each batch cost about the fixed "
                    "cost."),
@@ -154,15 +206,19 @@ def test_flops_per_image_counts_two_per_multiply_add_of_convolutions_and_linear_
 # --- Step 4: the batcher, its answers and its wait limit ------------------------------------------------
 
 class RecordingModel:
-    """A stand-in model: each output row is its picture's sum times 2; records every batch it got and
-    whether inference mode was on in the thread that called it."""
+    """A stand-in model: each output row is its picture's sum times 2; records every batch it got, the
+    thread that called it and whether inference mode was on there. A picture holding -1 fails its
+    batch, as a model may fail (a bad input, out of memory)."""
 
     def __init__(self):
-        self.batches, self.inference_mode = [], []
+        self.batches, self.inference_mode, self.threads = [], [], []
 
     def __call__(self, images):
         self.batches.append(len(images))
         self.inference_mode.append(torch.is_inference_mode_enabled())
+        self.threads.append(threading.get_ident())
+        if (images == -1).any():
+            raise ValueError("this batch cannot be answered")
         return images.flatten(1).sum(dim=1, keepdim=True) * 2
 
 
@@ -177,8 +233,79 @@ def test_every_request_is_answered_once_with_its_own_answer_in_batches_of_at_mos
     assert not batcher.thread.is_alive()
     assert sorted(batcher.served) == list(range(30)) and len(batcher.served) == 30
     assert torch.equal(torch.stack(answers), images.flatten(1) * 2)
-    assert max(model.batches) == 4 and sum(model.batches) == 30 and batcher.batch_sizes == model.batches
+    served = model.batches[4:]  # after the warm-up's batches of 1, 2, 3 and 4
+    assert max(served) == 4 and sum(served) == 30 and batcher.batch_sizes == served
     assert all(model.inference_mode), "the serving thread switches inference mode on for itself"
+    assert sorted(batcher.answered_at) == list(range(30))
+
+
+def test_the_batcher_warms_up_every_batch_size_in_its_serving_thread_before_taking_traffic(nb):
+    # Step 4 times sizes 1 to MAX_BATCH, and a first call at a new size pays oneDNN's or cuDNN's
+    # set-up; PyTorch keeps cuDNN's plans per thread (aten/src/ATen/native/cudnn/Conv_v8.cpp:
+    # thread_local BenchmarkCache), so the warm-up runs in the thread that serves.
+    model = RecordingModel()
+    batcher = nb.DynamicBatcher(model, torch.device("cpu"), max_batch_size=5,
+                                max_queue_delay_microseconds=1000)
+    assert model.batches == [1, 2, 3, 4, 5], "every size it can form, before the constructor returns"
+    assert set(model.threads) == {batcher.thread.ident} and all(model.inference_mode)
+    assert batcher.batch_sizes == [] and batcher.served == [], "the warm-up is not traffic"
+    batcher.close()
+    alone = nb.DynamicBatcher(RecordingModel(), torch.device("cpu"), max_batch_size=1,
+                              max_queue_delay_microseconds=0)
+    assert alone.model.batches == [1]
+    alone.close()
+
+
+def test_a_failed_warm_up_raises_where_the_batcher_is_made(nb):
+    class Broken:
+        def __call__(self, images):
+            raise RuntimeError("CUDA error: out of memory")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        nb.DynamicBatcher(Broken(), torch.device("cpu"), max_batch_size=2)
+
+
+def test_a_failed_batch_fails_each_of_its_requests_at_once_and_the_server_goes_on(nb):
+    model = RecordingModel()
+    batcher = nb.DynamicBatcher(model, torch.device("cpu"), max_batch_size=3,
+                                max_queue_delay_microseconds=60_000_000)  # full batches only
+    failed = [batcher.submit(i, torch.tensor([value])) for i, value in enumerate([1.0, -1.0, 2.0])]
+    for future in failed:  # before the fix, the serving thread died and each waited its whole timeout
+        with pytest.raises(ValueError, match="this batch cannot be answered"):
+            future.result(timeout=20)
+    later = [batcher.submit(i, torch.tensor([3.0])) for i in range(3, 6)]
+    assert [future.result(timeout=20).item() for future in later] == [6.0] * 3
+    batcher.close()
+    assert batcher.served == [3, 4, 5] and batcher.batch_sizes == [3]
+
+
+class CallbacksLater(Future):
+    """A concurrent.futures.Future whose done callbacks run only when the test says so. CPython's
+    Future.set_result wakes the thread waiting in result() (notify_all, inside its lock) and only
+    then runs the callbacks (_invoke_callbacks, after the lock): a waiter may read what a callback
+    writes before it is written. Here it always can, deterministically."""
+
+    held = []
+
+    def _invoke_callbacks(self):
+        CallbacksLater.held.append(self)
+
+
+def test_the_batcher_stamps_each_answer_before_it_sets_the_future(nb, monkeypatch):
+    batcher = nb.DynamicBatcher(RecordingModel(), torch.device("cpu"), max_batch_size=3,
+                                max_queue_delay_microseconds=60_000_000)
+    stamped_when_set = []
+
+    class Checks(Future):
+        def set_result(self, result):
+            stamped_when_set.append(sorted(batcher.answered_at))
+            super().set_result(result)
+
+    monkeypatch.setattr(nb.concurrent.futures, "Future", Checks)
+    futures = [batcher.submit(i, torch.ones(1)) for i in range(3)]
+    [future.result(timeout=20) for future in futures]
+    batcher.close()
+    assert stamped_when_set == [[0, 1, 2]] * 3, "every stamp of the batch exists before any Future is set"
 
 
 def test_a_lone_request_waits_for_the_delay_and_a_full_batch_does_not(nb):
@@ -271,10 +398,14 @@ def test_the_load_cell_checks_the_answers_at_the_tolerance_of_the_devices_float3
     assert run_cell("10", "load", namespace).startswith(verdict)
     batched = [row["mean_batch"] for row in namespace["load_rows"] if row["server"] == "dynamic batcher"]
     assert len(batched) == 3 and max(batched) > 1, "the batcher answered some requests together"
+    row = namespace["load_rows"][0]
+    assert row["slower_than_p99"] == 0 and row["lag_ms"] >= 0, "p99 of 8 requests rests on none"
+    rates = sorted({row["rate_per_s"] for row in namespace["load_rows"]})
+    assert rates == [round(f * namespace["capacity"]) for f in (0.3, 0.9, 1.5)], "times the measured one"
 
 
 def test_arrival_rates_and_poisson_arrivals(nb):
-    assert nb.arrival_rates(0.002) == pytest.approx([150, 450, 750])
+    assert nb.arrival_rates(500.0) == pytest.approx([150, 450, 750])  # times the measured capacity
     arrivals = nb.poisson_arrivals(1000.0, 20_000, seed=3)
     gaps = arrivals[1:] - arrivals[:-1]
     assert arrivals[0] == 0 and (gaps > 0).all()
@@ -311,19 +442,79 @@ def test_run_load_submits_on_time_in_order_and_counts_latency_from_the_planned_a
         def submit(self, request_id, image):
             self.submitted.append((request_id, clock.now))
             clock.now += 0.002
+            self.answered_at[request_id] = clock.now
             future = Future()
             future.set_result(image * 3)
             return future
 
     batcher = TakesTwoMilliseconds()
+    batcher.answered_at = {}
     start = clock.now + 0.005
-    answers, latencies, busy_s = nb.run_load(batcher, torch.arange(4.0), [0.0, 0.001, 0.010, 0.011])
+    answers, latencies, busy_s, lag_s = nb.run_load(batcher, torch.arange(4.0),
+                                                    [0.0, 0.001, 0.010, 0.011])
     assert [a.item() for a in answers] == [0.0, 3.0, 6.0, 9.0]
     # request 1 is planned 1 ms after request 0 but submitted when request 0 is answered, 2 ms after
     assert batcher.submitted == [(0, pytest.approx(start)), (1, pytest.approx(start + 0.002)),
                                  (2, pytest.approx(start + 0.010)), (3, pytest.approx(start + 0.012))]
     assert latencies == pytest.approx([0.002, 0.003, 0.002, 0.003]), "from the planned arrival"
     assert busy_s == pytest.approx(0.014), "from the first planned arrival to the last answer"
+    assert lag_s == pytest.approx(0.001), "the generator submitted requests 1 and 3 a millisecond late"
+
+
+def test_run_load_reads_the_time_the_batcher_stamped_not_a_done_callbacks(nb, monkeypatch):
+    # The race of issue 37: stamping each answer's time in future.add_done_callback and reading the
+    # stamps once every result() returned finds a stamp still None (a TypeError) whenever set_result
+    # has woken the waiter but not yet run the callbacks. CallbacksLater makes that certain.
+    clock = FakeClock()
+    monkeypatch.setitem(nb.run_load.__globals__, "time", clock)
+
+    class AnswersWhenAllArrived:
+        """Answers every request together once the last one arrives, 4 ms later on the fake clock,
+        stamping each answer's time before it sets the Future, as DynamicBatcher does."""
+
+        def __init__(self, count):
+            self.count, self.waiting, self.answered_at = count, [], {}
+
+        def submit(self, request_id, image):
+            future = CallbacksLater()
+            self.waiting.append((request_id, image, future))
+            if len(self.waiting) == self.count:
+                clock.now += 0.004
+                for waiting_id, waiting_image, waiting_future in self.waiting:
+                    self.answered_at[waiting_id] = clock.now
+                    waiting_future.set_result(waiting_image * 2)
+            return future
+
+    CallbacksLater.held.clear()
+    answers, latencies, busy_s, lag_s = nb.run_load(AnswersWhenAllArrived(3), torch.arange(3.0),
+                                                    [0.0, 0.001, 0.002])
+    assert [answer.item() for answer in answers] == [0.0, 2.0, 4.0]
+    assert latencies == pytest.approx([0.006, 0.005, 0.004]) and busy_s == pytest.approx(0.006)
+    assert lag_s == 0.0
+
+
+def test_run_load_with_the_real_batcher_when_callbacks_come_late(nb, monkeypatch):
+    monkeypatch.setattr(nb.concurrent.futures, "Future", CallbacksLater)
+    batcher = nb.DynamicBatcher(RecordingModel(), torch.device("cpu"), max_batch_size=4,
+                                max_queue_delay_microseconds=60_000_000)  # answers full batches only
+    answers, latencies, busy_s, lag_s = nb.run_load(batcher, torch.arange(4.0).reshape(4, 1),
+                                                    [0.0] * 4)
+    batcher.close()
+    assert [answer.item() for answer in answers] == [0.0, 2.0, 4.0, 6.0]
+    assert len(latencies) == 4 and all(0 <= latency < 10 for latency in latencies)
+    assert 0 <= busy_s < 10 and 0 <= lag_s < 10
+
+
+def test_measure_capacity_times_one_at_a_time_with_every_request_waiting(nb):
+    class TakesFiveMilliseconds(RecordingModel):
+        def __call__(self, images):
+            time.sleep(0.005)
+            return super().__call__(images)
+
+    model = TakesFiveMilliseconds()
+    capacity = nb.measure_capacity(model, torch.device("cpu"), torch.ones(40, 1))
+    assert model.batches == [1] * 41, "the warm-up, then one request at a time"
+    assert 20 < capacity <= 200, "at most 1 / 5 ms, less the queue and the hand-off between threads"
 
 
 # --- Step 5: backends, tolerances, the check and the timing table ---------------------------------------
@@ -402,10 +593,16 @@ def test_speed_table_pairs_the_rounds_with_the_baseline(nb):
 # --- Step 6: the plan, the fresh process and the shipped file's check -------------------------------------
 
 @pytest.mark.gpu_branch("10", "aoti_plan: device_type == 'cuda' and (not has_triton)")
+@pytest.mark.gpu_branch("10", "aoti_plan: device_type == 'cuda' and (not toolkit)")
 @pytest.mark.gpu_branch("10", "aoti_plan: device_type not in ('cpu', 'cuda')")
 def test_aoti_plan_builds_only_where_it_can_and_says_why_not(nb):
     assert nb.aoti_plan(False, "cpu", "/usr/bin/g++", False, "2.6.0") == (True, "")
-    assert nb.aoti_plan(False, "cuda", "g++", True, "2.14.1+cu130") == (True, "")
+    assert nb.aoti_plan(False, "cuda", "g++", True, "2.14.1+cu130", toolkit="/usr/local/cuda") == (True, "")
+    # a pip-only GPU machine: the wheels bring the CUDA runtime, not the toolkit whose headers
+    # AOTInductor compiles with (torch.utils.cpp_extension.CUDA_HOME is None there)
+    plan = nb.aoti_plan(False, "cuda", "g++", True, "2.14.1+cu130", toolkit=None)
+    assert plan[0] is False and plan[1].startswith("no CUDA toolkit found") and "CUDA_HOME" in plan[1]
+    assert nb.aoti_plan(False, "cpu", "g++", True, "2.14.1", toolkit=None)[0], "a CPU needs no toolkit"
     assert "fast mode" in nb.aoti_plan(True, "cpu", "g++", True, "2.14.1")[1]
     assert nb.aoti_plan(False, "cpu", "g++", True, "2.5.1")[1] == "PyTorch 2.5.1 is older than 2.6"
     assert "no C++ compiler" in nb.aoti_plan(False, "cpu", None, True, "2.14.1")[1]
@@ -413,6 +610,51 @@ def test_aoti_plan_builds_only_where_it_can_and_says_why_not(nb):
     assert nb.aoti_plan(False, "cpu", "g++", False, "2.14.1")[0], "Triton matters only on a GPU"
     assert "for mps" in nb.aoti_plan(False, "mps", "g++", True, "2.14.1")[1]
     assert "for mps" in nb.aoti_plan(False, "mps", "g++", False, "2.14.1")[1], "Triton: only for CUDA"
+
+
+def test_build_failure_is_one_line_with_the_errors_type_and_last_line(nb):
+    class InductorError(RuntimeError):  # torch._inductor.exc.InductorError wraps what failed
+        pass
+
+    error = InductorError("OSError: CUDA_HOME environment variable is not set. Please set it to your "
+                          "CUDA install root.\n")
+    assert nb.build_failure(error) == ("the build failed (InductorError: OSError: CUDA_HOME environment "
+                                       "variable is not set. Please set it to your CUDA install root.)")
+    assert nb.build_failure(RuntimeError("a\n\n  b  \n")) == "the build failed (RuntimeError: b)"
+    assert nb.build_failure(OSError()) == "the build failed (OSError: no message)"
+
+
+@pytest.mark.parametrize("toolkit, build_raises, printed, built", [
+    ("/usr/local/cuda", False, "AOTInductor package built in 0 s.", True),
+    (None, False, "AOTInductor: not built, no CUDA toolkit found", False),  # asked before building
+    ("/usr/local/cuda", True, "AOTInductor: not built, the build failed (InductorError: OSError: "
+                              "CUDA_HOME environment variable is not set.", False),
+])
+def test_the_export_cell_on_a_cuda_gpu_checks_the_toolkit_and_catches_a_failed_build(
+        nb, monkeypatch, tmp_path, toolkit, build_raises, printed, built):
+    # Stand-ins shaped like torch.export.export / save and torch._inductor.aoti_compile_and_package,
+    # which raises torch._inductor.exc.InductorError around cpp_extension's OSError where the toolkit
+    # that CUDA_HOME names lacks its headers.
+    class InductorError(RuntimeError):
+        pass
+
+    built_with = []
+
+    def aoti_compile_and_package(exported, package_path):
+        built_with.append(package_path)
+        if build_raises:
+            raise InductorError("OSError: CUDA_HOME environment variable is not set.")
+
+    monkeypatch.setattr(torch.export, "export", lambda model, args, dynamic_shapes: "exported program")
+    monkeypatch.setattr(torch.export, "save", lambda exported, path: None)
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", aoti_compile_and_package,
+                        raising=False)
+    namespace = {**vars(nb), "FAST": False, "device": torch.device("cuda"), "model": None,
+                 "requests": StandInRequests(), "DATA_DIR": tmp_path, "GPU_TOOLKIT": toolkit,
+                 "find_cpp_compiler": lambda: "/usr/bin/g++",
+                 "importlib": types.SimpleNamespace(util=types.SimpleNamespace(find_spec=lambda n: n))}
+    assert run_cell("10", "export", namespace).startswith(printed)
+    assert namespace["build"] is built and len(built_with) == (toolkit is not None)
 
 
 @pytest.mark.parametrize("path, loader", [("model.aoti.pt2", "aoti"), ("model.pt2", "export")])
@@ -502,13 +744,15 @@ def test_the_figures_cell_reports_the_figures_the_issue_asks_for(nb):
     namespace = {**vars(nb), "report_figures": lambda **kwargs: reported.append(kwargs),
                  "load_rows": [{"rate_per_s": 300, "server": "one at a time", "p50_ms": 1.0, "p99_ms": 2.0}],
                  "latencies": [0.001, 0.002], "knee": 3.5, "backend": "aot_eager", "build": False,
+                 "capacity": 412.0,
                  "device": torch.device("cpu"), "reference": torch.eye(2),
                  "results": {"torch.export file": {"answers": torch.eye(2)}},
                  "cold": {"file, fresh process": {"load_s": 1.0, "first_call_s": 0.5}}}
     run_cell("10", "figures", namespace)
     [figures] = reported
     assert set(figures) == {"fallback", "p50_ms", "p99_ms", "single_request_p50_ms", "knee_batch",
-                            "round_trip", "cold_start_s"}
+                            "capacity_per_s", "round_trip", "cold_start_s"}
+    assert figures["capacity_per_s"] == 412.0
     assert figures["p50_ms"] == {"one at a time at 300 per s": 1.0} and figures["knee_batch"] == 3.5
     assert figures["cold_start_s"] == {"file, fresh process": 1.5}
     assert figures["fallback"].startswith("torch.compile with aot_eager instead of Inductor")
@@ -685,7 +929,7 @@ def test_the_cuda_graphs_cell_copies_new_pictures_into_the_recorded_input_and_re
 
 
 @pytest.mark.gpu_branch("10", "onnx_providers: device_type == 'cuda'")
-def test_onnx_asks_for_the_gpu_provider_first_and_notices_a_silent_fallback(nb):
+def test_onnx_asks_for_the_gpu_provider_first_and_notices_a_quiet_fallback(nb):
     assert nb.onnx_providers("cuda") == ["CUDAExecutionProvider", "CPUExecutionProvider"]
     assert nb.onnx_providers("cpu") == ["CPUExecutionProvider"]
     wanted = nb.onnx_providers("cuda")
@@ -694,3 +938,11 @@ def test_onnx_asks_for_the_gpu_provider_first_and_notices_a_silent_fallback(nb):
         "ONNX Runtime fell back to CPUExecutionProvider: CUDAExecutionProvider did not load")
     assert "fell back to nothing" in nb.provider_verdict(wanted, [])
 
+
+
+def test_the_glossary_reads_p99_as_99_in_100_finishing_within_it():
+    from notebook_code import REPO
+
+    glossary = " ".join((REPO / "GLOSSARY.md").read_text().split())
+    entry = glossary.split("**percentile (p50, p95, p99)**:")[1].split("- **")[0]
+    assert "99 requests in 100 finish within the p99" in entry and "slowest 1 in 100" not in entry

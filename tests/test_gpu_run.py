@@ -222,3 +222,112 @@ def test_check_fails_when_readme_shows_a_figure_no_record_holds(tmp_path):
     faked = readme.replace(row, row.replace("not measured yet", "T4: 9 s"))
     records, _ = gpu_run.valid_records()
     assert gpu_run.render_readme(faked, records) != faked
+
+
+# ---- A record from a copy of the files (no .git), checked in a clone --------------------------------
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_each_commit_refusal_holds_on_its_side_only():
+    assert gpu_run.commit_refusal(True, None) is None  # a clone: HEAD
+    assert gpu_run.commit_refusal(False, SHA) is None  # a copy that names its commit
+    assert gpu_run.commit_refusal(True, SHA).startswith("refused: --commit is for a copy")
+    assert gpu_run.commit_refusal(False, None).startswith("refused: no .git here")
+    assert gpu_run.commit_refusal(False, SHA[:7]).startswith("refused: --commit '0123456' is not a full")
+    assert gpu_run.commit_refusal(False, "g" * 40).startswith("refused: --commit")
+    for why in (gpu_run.commit_refusal(True, SHA), gpu_run.commit_refusal(False, None)):
+        assert "\n" not in why, "one line"
+
+
+@pytest.fixture
+def copy_of_the_files(clone, tmp_path):
+    """The clone's files without .git, as a GPU machine that got an archive has them; and its commit."""
+    folder = tmp_path / "copy"
+    shutil.copytree(clone, folder, ignore=shutil.ignore_patterns(".git"))
+    head = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    return folder, head
+
+
+def copy_tool(folder, *args):
+    return subprocess.run([sys.executable, str(folder / "tools" / "gpu_run.py"), *args], capture_output=True,
+                          text=True, cwd=folder, env={**os.environ, "TUTORIAL_FAST": "0"})
+
+
+def test_the_real_tool_in_a_copy_asks_for_the_commit_then_goes_on_to_the_gpu_check(copy_of_the_files):
+    folder, head = copy_of_the_files
+    done = copy_tool(folder)
+    assert done.returncode == 2 and done.stdout.strip() == gpu_run.commit_refusal(False, None)
+    assert "Traceback" not in done.stderr, "git status is not run where there is no .git"
+    done = copy_tool(folder, "--commit", head)
+    assert done.returncode == 2
+    assert done.stdout.strip().splitlines() == [gpu_run.refusal(False, [], False)], "no GPU here"
+    assert copy_tool(folder, "--check").returncode == 2, "--check compares with commits: a clone's job"
+
+
+def test_a_copy_with_commit_writes_a_record_naming_that_commit_with_the_copys_hashes(
+        copy_of_the_files, monkeypatch, capsys):
+    # In process, with stand-ins for what needs a GPU: torch.cuda.is_available() says True, the machine
+    # is a T4 (shaped like torch.cuda.get_device_properties), and each notebook "runs" in no time.
+    import torch
+    import torch.utils.collect_env
+
+    folder, head = copy_of_the_files
+    monkeypatch.setattr(gpu_run, "REPO", folder)
+    monkeypatch.setattr(gpu_run, "RECORDS", folder / "records" / "gpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("TUTORIAL_FAST", "0")  # a record holds full-size runs (the tests set 1)
+    monkeypatch.setattr(torch.utils.collect_env, "get_pretty_env_info", lambda: "PyTorch (stand-in)")
+    t4 = gpu_run.machine_facts(fake_torch(), run=nvidia_smi())
+    monkeypatch.setattr(gpu_run, "machine_facts", lambda torch: t4)
+    monkeypatch.setattr(gpu_run, "run_notebook", lambda path: gpu_run.notebook_entry(
+        path.name, [{"outputs": [figures_output("cuda", a=1)]}], 10.0, 5.0))
+    written = []
+    monkeypatch.setattr(gpu_run, "write_record", lambda record: written.append(record)
+                        or folder / "records" / "gpu" / "record.json")
+    notebook = folder / "notebooks" / "04_when_does_the_gpu_win.ipynb"
+    notebook.write_text(notebook.read_text() + " ")  # changed in the copy: nothing here can tell
+    assert gpu_run.main(["--commit", head.upper(), "04", "10"]) == 0
+    [record] = written
+    assert record["commit"] == head and gpu_run.validation_errors(record) == []
+    assert record["notebooks_sha256"] == {
+        name: gpu_run.sha256(folder / "notebooks" / name)
+        for name in ("04_when_does_the_gpu_win.ipynb", "10_serve_it_fast.ipynb")}
+    assert f"the record names commit {head[:7]}" in capsys.readouterr().out
+
+
+def record_of(clone, commit, notebooks=("04_when_does_the_gpu_win.ipynb", "10_serve_it_fast.ipynb")):
+    """A record (made with stand-ins, not a measurement) of `commit` with its notebooks' hashes there."""
+    record = example_record(commit=commit)
+    record["notebooks_sha256"] = {name: gpu_run.sha256(clone / "notebooks" / name) for name in notebooks}
+    return record
+
+
+def test_check_in_the_clone_refuses_a_record_whose_notebooks_differ_from_its_commits(clone):
+    head = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    path = clone / "records" / "gpu" / "2026-11-25_tesla-t4.json"
+    try:
+        record = record_of(clone, head)
+        path.write_text(json.dumps(record))
+        assert run_in(clone, "--render").returncode == 0
+        done = run_in(clone, "--check")
+        assert done.returncode == 0, done.stdout
+        record["notebooks_sha256"]["10_serve_it_fast.ipynb"] = "f" * 64  # a notebook changed in a copy
+        path.write_text(json.dumps(record))
+        done = run_in(clone, "--check")
+        assert done.returncode == 1
+        assert (f"refused 2026-11-25_tesla-t4.json: 10_serve_it_fast.ipynb differs from commit "
+                f"{head[:7]}'s") in done.stdout
+        path.write_text(json.dumps(record_of(clone, SHA)))  # a commit this clone does not have
+        done = run_in(clone, "--check")
+        assert done.returncode == 1 and f"commit {SHA[:7]} is not in this clone" in done.stdout
+    finally:
+        path.unlink(missing_ok=True)
+        subprocess.run(["git", "-C", str(clone), "checkout", "--quiet", "README.md"], check=True)
+
+
+def run_in(folder, *args):
+    return subprocess.run([sys.executable, str(folder / "tools" / "gpu_run.py"), *args], capture_output=True,
+                          text=True, cwd=folder)

@@ -400,7 +400,8 @@ def test_a_taught_call_in_a_folded_cell_or_after_the_summary_is_not_in_view():
 def bf16_calls_counting_emulation(notebook):
     """The code lines calling torch.cuda.is_bf16_supported() without including_emulation=False: by
     default it counts emulation and says True on a T4, where bfloat16 has no Tensor Cores
-    (torch/cuda/__init__.py; pytorch/pytorch#148322), so no dtype choice may rest on it."""
+    (torch/cuda/__init__.py: is_bf16_supported(including_emulation=True)), so no dtype choice may
+    rest on it."""
     return [line.strip() for cell in notebook.cells if cell.cell_type == "code"
             for line in cell.source.splitlines()
             for call in re.findall(r"is_bf16_supported\(([^)]*)\)", line)

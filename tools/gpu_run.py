@@ -7,8 +7,10 @@ one command, with a record trustworthy enough to print:
     .venv/bin/python tools/gpu_run.py 04 05                                              # some of them
     .venv/bin/python tools/gpu_run.py --render      # README's GPU column from records/gpu/*.json
     .venv/bin/python tools/gpu_run.py --check       # exit 1 when README's column and the records differ
+    .venv/bin/python tools/gpu_run.py --commit SHA  # in a copy of the files without .git: the commit
+                                                    # they came from, which the record then names
 
-Each notebook runs alone in an empty folder at full size through nbclient (as tests/time_notebooks.py
+Each notebook runs alone in an empty folder at full size (tools/notebook_run.py, as tools/time_notebooks.py
 times them); a failure is recorded and the run goes on. The record, `records/gpu/<date>_<gpu>.json`,
 must satisfy `records/gpu/schema.json`. It holds the commit and the notebooks' hashes; the GPUs, driver,
 CUDA and cuDNN, CPU and OS; PyTorch's own environment report; and per notebook its status, whole and core
@@ -16,6 +18,12 @@ seconds, its error, which branch it ran (a notebook that fell back to the CPU or
 not measured) and the figures it reported itself (report_figures in the shared setup cell). Nothing is
 typed by hand but a name and a note. The tool refuses, in one line, to write a record without a CUDA
 device, in fast mode, or from a checkout whose notebooks have uncommitted changes.
+
+A GPU machine is often reached with a copy of the files rather than a clone (a cluster node, a rented
+box that got an archive). There, with no .git, `--commit SHA` names the commit the files came from:
+the record names it and holds the copy's notebook hashes as usual. Nothing in the copy can say whether
+its notebooks were changed, so `--check` and `--render`, run in a clone, compare every record's hashes
+with its commit's notebooks and refuse a record that differs (or whose commit the clone lacks).
 """
 import argparse
 import hashlib
@@ -23,11 +31,8 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -53,6 +58,25 @@ def refusal(fast_mode, dirty_notebooks, cuda_available):
     if not cuda_available:
         return ("refused: PyTorch sees no CUDA GPU (torch.cuda.is_available() is False); a record holds "
                 "GPU measurements only")
+    return None
+
+
+def has_git(repo=None):
+    """True in a clone (a .git folder, or the .git file of a worktree), False in a copy of the files."""
+    return (Path(REPO if repo is None else repo) / ".git").exists()
+
+
+def commit_refusal(in_clone, commit):
+    """The one line that refuses --commit as given, or None. A copy without .git must name the commit
+    its files came from, in full; a clone names its own HEAD."""
+    if in_clone and commit:
+        return ("refused: --commit is for a copy of the files without .git; in a clone the record names "
+                "HEAD (check out the commit you mean)")
+    if not in_clone and not commit:
+        return ("refused: no .git here (a copy of the files?): name the commit they came from with "
+                "--commit SHA (git rev-parse HEAD where they were copied from)")
+    if commit and not re.fullmatch(r"[0-9a-f]{40}", commit):
+        return f"refused: --commit {commit!r} is not a full commit hash (40 hexadecimal digits)"
     return None
 
 
@@ -145,35 +169,13 @@ def notebook_entry(name, cells, whole_s, core_s, error=None):
 
 
 def run_notebook(path, timeout_s=3600):
-    """Run one notebook alone in an empty folder at full size; its record entry."""
-    import nbformat
-    from nbclient import NotebookClient
+    """Run one notebook alone in an empty folder at full size (tools/notebook_run.py); its record entry.
+    A failure is recorded in the entry, and the run goes on."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from notebook_run import run_alone
 
-    sys.path.insert(0, str(REPO / "tests"))
-    from time_notebooks import core_seconds
-
-    os.environ["TUTORIAL_FAST"] = "0"
-    folder = Path(tempfile.mkdtemp(prefix="gpu_run_"))
-    start = time.perf_counter()
-    try:
-        copy = folder / path.name
-        shutil.copy(path, copy)
-        notebook = nbformat.read(copy, as_version=4)
-        client = NotebookClient(notebook, timeout=timeout_s, kernel_name="python3", record_timing=True,
-                                resources={"metadata": {"path": str(folder)}})
-        error = None
-        try:
-            client.execute()
-        except Exception as failure:  # a cell raised, or the kernel died: recorded, and the run goes on
-            error = f"{type(failure).__name__}: {str(failure).strip().splitlines()[-1][:400]}"
-        whole = time.perf_counter() - start
-        try:
-            core = core_seconds(notebook.cells) if error is None else None
-        except ValueError:
-            core = None
-        return notebook_entry(path.name, notebook.cells, whole, core, error)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    run = run_alone(path, fast=False, timeout=timeout_s)
+    return notebook_entry(Path(path).name, run.notebook["cells"], run.whole_s, run.core_s, run.error)
 
 
 # ---- The record -----------------------------------------------------------------------------------
@@ -216,6 +218,37 @@ def write_record(record, folder=RECORDS):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return path
+
+
+def hash_mismatches(record, repo=None):
+    """Why `record` does not describe its commit's notebooks in the clone at `repo`: [] when every
+    notebook hash it holds is the hash of that notebook at its commit."""
+    commit, repo = record["commit"], REPO if repo is None else repo
+    known = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=repo,
+                           capture_output=True)
+    if known.returncode != 0:
+        return [f"commit {commit[:7]} is not in this clone (git fetch it, or the record is not ours)"]
+    problems = []
+    for name, digest in sorted(record["notebooks_sha256"].items()):
+        shown = subprocess.run(["git", "show", f"{commit}:notebooks/{name}"], cwd=repo,
+                               capture_output=True)
+        if shown.returncode != 0:
+            problems.append(f"{name} is not in commit {commit[:7]}")
+        elif hashlib.sha256(shown.stdout).hexdigest() != digest:
+            problems.append(f"{name} differs from commit {commit[:7]}'s")
+    return problems
+
+
+def records_matching_their_commits(records, repo=None):
+    """(the records whose notebook hashes match their commits, [one line per refused record])."""
+    kept, refused = [], []
+    for record in records:
+        problems = hash_mismatches(record, repo)
+        if problems:
+            refused.append(f"refused {record_path(record).name}: {'; '.join(problems[:3])}")
+        else:
+            kept.append(record)
+    return kept, refused
 
 
 # ---- README's GPU column --------------------------------------------------------------------------
@@ -295,27 +328,47 @@ def main(argv=None):
     parser.add_argument("--name", default="", help="who ran it (goes into the record)")
     parser.add_argument("--note", default="", help="anything worth knowing (the service, the tier)")
     parser.add_argument("--render", action="store_true", help="rewrite README's GPU column from the records")
-    parser.add_argument("--check", action="store_true", help="exit 1 when README's GPU column is stale")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when README's GPU column is stale or a record's notebooks differ "
+                             "from its commit's")
+    parser.add_argument("--commit", help="in a copy of the files without .git: the commit (40 hex "
+                                         "digits) they came from")
     args = parser.parse_args(argv)
     if args.render or args.check:
+        if not has_git():
+            print("refused: --check and --render compare the records with their commits' notebooks: "
+                  "run them in a clone")
+            return 2
         records, broken = valid_records()
         for name in broken:
             print(f"left out {name}: it breaks records/gpu/schema.json")
+        records, refused = records_matching_their_commits(records)
+        for line in refused:
+            print(line)
         rendered = render_readme(README.read_text(), records)
         if args.check:
             same = rendered == README.read_text()
             print("README's GPU column matches the records" if same else
                   "README's GPU column differs from the records: run tools/gpu_run.py --render")
-            return 0 if same else 1
+            return 0 if same and not refused else 1
         README.write_text(rendered)
         print(f"README's GPU column rendered from {len(records)} record(s)")
         return 0
-    import torch
-
-    why = refusal(os.environ.get("TUTORIAL_FAST") == "1", dirty_notebooks(), torch.cuda.is_available())
+    commit = args.commit.lower() if args.commit else None
+    why = commit_refusal(has_git(), commit)
     if why:
         print(why)
         return 2
+    import torch
+
+    dirty = dirty_notebooks() if commit is None else []  # a copy cannot tell: --check in a clone does
+    why = refusal(os.environ.get("TUTORIAL_FAST") == "1", dirty, torch.cuda.is_available())
+    if why:
+        print(why)
+        return 2
+    if commit:
+        print(f"a copy of the files: the record names commit {commit[:7]}; tools/gpu_run.py --check, "
+              "run in a clone, compares the notebooks' hashes with that commit's")
     from torch.utils.collect_env import get_pretty_env_info
 
     paths = notebook_paths(set(args.notebooks))
@@ -326,8 +379,8 @@ def main(argv=None):
         entries.append(entry)
         print(f"  {entry['status']}, {entry['whole_s']} s, branch {entry['branch']}"
               + (f", {entry['error']}" if entry["error"] else ""), flush=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                            check=True).stdout.strip()
+    commit = commit or subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                                      text=True, check=True).stdout.strip()
     record = make_record(machine_facts(torch), entries, commit, paths, get_pretty_env_info(),
                          args.name, args.note)
     path = write_record(record)

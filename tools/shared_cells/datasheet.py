@@ -4,7 +4,8 @@ import re
 # NVIDIA's datasheets, one row per model, memory size and form factor where the figures differ: an
 # SXM module (for NVLink servers) runs at a higher clock than the PCIe card, and the A100's 80 GB of
 # memory is faster than its 40 GB. Memory None: every size; "any": every form factor; "SXM": SXM4
-# too.
+# and SXM5 too. The H100 NVL and the H200 get a row once their figures are checked on NVIDIA's
+# pages; until then the cell says they are not in the table rather than show another card's peak.
 DATASHEETS = [  # (model, memory GB, form factor, memory GB/s, float32 TFLOP/s)
     ("T4", None, "any", 320, 8.1),
     ("P100", 16, "PCIE", 732, 9.3),
@@ -16,6 +17,8 @@ DATASHEETS = [  # (model, memory GB, form factor, memory GB/s, float32 TFLOP/s)
     ("A100", 80, "PCIE", 1935, 19.5),
     ("A100", 80, "SXM", 2039, 19.5),
     ("L4", None, "any", 300, 30.3),
+    ("H100", 80, "SXM", 3350, 67.0),  # its name says no form factor: 'NVIDIA H100 80GB HBM3'
+    ("H100", None, "PCIE", 2000, 51.0),  # 'NVIDIA H100 PCIe'
 ]
 DATASHEET_PAGES = {
     "T4": "https://www.nvidia.com/en-us/data-center/tesla-t4/",
@@ -23,13 +26,21 @@ DATASHEET_PAGES = {
     "V100": "https://www.nvidia.com/en-us/data-center/v100/",
     "A100": "https://www.nvidia.com/en-us/data-center/a100/",
     "L4": "https://www.nvidia.com/en-us/data-center/l4/",
+    "H100": "https://www.nvidia.com/en-us/data-center/h100/",
 }
+# Models whose SXM module's device name says no form factor ('NVIDIA H100 80GB HBM3'), while their
+# PCIe and NVL cards say theirs ('NVIDIA H100 PCIe', 'NVIDIA H100 NVL', 'NVIDIA H200 NVL').
+SXM_UNLESS_NAMED = ("H100", "H200")
 
 
 def form_factor(gpu_name):
-    """'PCIE', 'SXM2', ... as the device name says ('Tesla V100-SXM2-16GB'), else None."""
-    found = re.search(r"\b(PCIE|SXM\d*)", gpu_name, flags=re.IGNORECASE)
-    return found.group(1).upper() if found else None
+    """'PCIE', 'SXM2', 'NVL', ... as the device name says ('Tesla V100-SXM2-16GB'); 'SXM' for an
+    H100 or H200 whose name says none ('NVIDIA H100 80GB HBM3'); else None."""
+    found = re.search(r"\b(PCIE|SXM\d*|NVL)\b", gpu_name, flags=re.IGNORECASE)
+    if found:
+        return found.group(1).upper()
+    named = any(re.search(rf"\b{model}\b", gpu_name) for model in SXM_UNLESS_NAMED)
+    return "SXM" if named else None
 
 
 def memory_gb(gpu_name):
