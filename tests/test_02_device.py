@@ -912,3 +912,123 @@ def test_the_tour_times_a_cpu_copy_of_each_model_off_the_cpu(nb, monkeypatch):
     on_cpu = nb.tour_row("linear", model, inputs, model(inputs), CPU)
     assert [key for key in on_cpu if key.endswith("_forward_ms")] == ["cpu_forward_ms"]
     assert synchronized == []
+
+
+# --- Exercises: each check says what is wrong with a likely wrong answer --------------------------
+
+def test_the_exercise_starters_say_not_done_yet_and_the_answers_pass(nb):
+    for check, starter, answer, *given in [
+            (nb.check_to_device, nb.to_device, nb.to_device_answer),
+            (nb.check_start_state, nb.start_state, nb.start_state_answer),
+            (nb.check_accuracy, nb.accuracy, nb.accuracy_answer, nb.new_cnn(CPU))]:
+        assert check(starter, *given, CPU).startswith("NOT DONE YET")
+        assert check(answer, *given, CPU).startswith("PASSED")
+
+
+@pytest.mark.exercise("02", "to-device")
+def test_exercise_1_a_move_whose_result_is_thrown_away(nb):
+    def forgets_the_result(batch, device):
+        for tensor in (batch.values() if isinstance(batch, dict) else batch):
+            tensor.to(device)
+        return batch
+
+    assert nb.check_to_device(forgets_the_result, CPU) == (
+        "NOT YET RIGHT: for a tuple, 2 of 2 tensors are still on cpu, not meta: .to() returns a moved "
+        "copy; keep it.")
+
+    def a_list_for_a_tuple(batch, device):
+        if isinstance(batch, dict):
+            return {name: tensor.to(device) for name, tensor in batch.items()}
+        return [tensor.to(device) for tensor in batch]
+
+    assert nb.check_to_device(a_list_for_a_tuple, CPU) == (
+        "NOT YET RIGHT: for a tuple, to_device returned a list, not a tuple.")
+
+
+@pytest.mark.exercise("02", "start-state")
+def test_exercise_2_a_state_made_on_the_cpu(nb):
+    def on_the_cpu(sequence, hidden_size):
+        return torch.zeros(len(sequence), hidden_size)
+
+    assert nb.check_start_state(on_the_cpu, CPU).startswith(
+        "NOT YET RIGHT: for a sequence on meta, the state is on cpu, so TinyRNN's forward stops with the "
+        "mismatch error")
+
+    def ones(sequence, hidden_size):
+        return torch.ones(len(sequence), hidden_size, device=sequence.device)
+
+    assert nb.check_start_state(ones, CPU).startswith("NOT YET RIGHT: on cpu, TinyRNN's output is off by up to")
+
+    def one_state_for_all(sequence, hidden_size):
+        return torch.zeros(hidden_size, device=sequence.device)
+
+    assert nb.check_start_state(one_state_for_all, CPU) == (
+        "NOT YET RIGHT: for a batch of 5 sequences and hidden_size 16 the state has shape (16,), not (5, 16).")
+
+
+@pytest.mark.exercise("02", "accuracy")
+def test_exercise_3_batches_that_are_never_moved(nb):
+    def never_moves(model, batches, device):
+        right, seen = torch.zeros((), device=device), 0
+        for inputs, labels in batches:
+            right += (model(inputs).argmax(dim=1) == labels).sum()
+            seen += len(labels)
+        return right.item() / seen
+
+    assert nb.check_accuracy(never_moves, nb.new_cnn(CPU), CPU) == (
+        "NOT YET RIGHT: with device meta, the batches reached the model on cpu: move every batch with "
+        ".to(device), and keep the result.")
+
+    def a_tensor(model, batches, device):
+        right, seen = torch.zeros((), device=device), 0
+        for inputs, labels in batches:
+            right += (model(inputs.to(device)).argmax(dim=1) == labels.to(device)).sum()
+            seen += len(labels)
+        return right / seen
+
+    assert nb.check_accuracy(a_tensor, nb.new_cnn(CPU), CPU) == (
+        "NOT YET RIGHT: accuracy returned a tensor on cpu: read the number with .item().")
+
+    def counts_batches_not_samples(model, batches, device):
+        right, seen = torch.zeros((), device=device), 0
+        for inputs, labels in batches:
+            right += (model(inputs.to(device)).argmax(dim=1) == labels.to(device)).sum()
+            seen += 1
+        return right.item() / seen
+
+    assert nb.check_accuracy(counts_batches_not_samples, nb.new_cnn(CPU), CPU).startswith(
+        "NOT YET RIGHT: on 160 images, accuracy says")
+
+
+def test_the_checks_name_each_other_mistake(nb):
+    """Every other verdict of the three checks, each on the answer that earns it."""
+    def renames(batch, device):
+        if isinstance(batch, dict):
+            return {name.upper(): tensor.to(device) for name, tensor in batch.items()}
+        return tuple(tensor.to(device) for tensor in batch)
+
+    assert nb.check_to_device(renames, CPU) == (
+        "NOT YET RIGHT: for a dict, the keys are ['IMAGES', 'LABELS'], not ['images', 'labels'].")
+
+    def doubles(batch, device):
+        if isinstance(batch, dict):
+            return {name: 2 * tensor.to(device) for name, tensor in batch.items()}
+        return tuple(2 * tensor.to(device) for tensor in batch)
+
+    assert nb.check_to_device(doubles, CPU) == "NOT YET RIGHT: for a tuple on cpu, the numbers changed."
+    assert nb.check_start_state(lambda sequence, hidden_size: [0.0] * 2, CPU) == (
+        "NOT YET RIGHT: start_state returned [0.0, 0.0], not a tensor.")
+    assert nb.check_to_device(lambda batch, device: None, CPU) == (
+        "NOT YET RIGHT: to_device returned None: return the moved batch.")
+    assert nb.check_accuracy(lambda model, batches, device: 0.25, nb.new_cnn(CPU), CPU) == (
+        "NOT YET RIGHT: accuracy never called the model on a batch.")
+
+    def counts(model, batches, device):
+        right = torch.zeros((), device=device)
+        for inputs, labels in batches:
+            right += (model(inputs.to(device)).argmax(dim=1) == labels.to(device)).sum()
+        return int(right.item())
+
+    answer = nb.check_accuracy(counts, nb.new_cnn(CPU), CPU)
+    assert answer.startswith("NOT YET RIGHT: accuracy returned ") and answer.endswith(
+        ", not a float between 0 and 1.")
