@@ -24,6 +24,13 @@ class Promise:
 WHERE = ("title", "core", "notebook")
 
 PROMISES = {
+    "02": [
+        Promise(r"much safer, not safe", "notebook",
+                "weights_only=True as PyTorch's own documentation describes it: a learner must still "
+                "load only checkpoints from sources they trust"),
+        Promise(r"Never load data from an untrusted source", "notebook",
+                "the quote of torch.load's own warning (test_02_device.py checks PyTorch still says it)"),
+    ],
     "06": [
         Promise(r"Settings > Accelerator > GPU T4 x2", "title",
                 "the menu path that gives a Kaggle learner two real GPUs for the processes of Steps 4-6"),

@@ -63,33 +63,59 @@ VERDICTS = {
                 "Step 6 or 'a DIFFERENT kind' would be a quiet failure"),
     ],
     # --- 02: tensors and models on the device ---------------------------------------------------------
-    ("02", "cell-05"): [
+    ("02", "tensor-to-device"): [
         Verdict(r"^The same Python object: the tensor already was on cpu", "cpu",
                 "on the CPU, .to(device) returns the tensor itself"),
         Verdict(r"^A new tensor in the memory of ", "gpu", "on a GPU it makes a copy there"),
     ],
-    ("02", "cell-19"): [
+    ("02", "model-to-device"): [
         Verdict(r"\.to\(\) returned the same model object: True$", "always",
                 "Module.to moves the model in place and returns it"),
     ],
-    ("02", "cell-23"): [
-        Verdict(r"^after \.to\('meta'\): weight on meta, the optimizer's on cpu; the same tensor: False$",
-                "always", "the pitfall shown: an optimizer made before a real move holds the old tensors"),
+    ("02", "train-runs"): [
+        Verdict(r"^Every run's loss went down, to ", "always",
+                "the one training loop trained the CNN with both ways of feeding ('did NOT go down' "
+                "is printed, not raised)"),
     ],
-    ("02", "cell-33b"): [
+    ("02", "mismatch-error"): [
+        Verdict(r"^RuntimeError: .*\bmeta\b", "cpu",
+                "adding a CPU tensor to one on the meta stand-in raised (a cell that printed no error "
+                "would show nothing)"),
+        Verdict(r"^RuntimeError: ", "gpu", "and on a GPU the real mismatch error is shown"),
+    ],
+    ("02", "numpy-error"): [
+        Verdict(r"^TypeError: can't convert \S+ device type tensor to numpy", "always",
+                ".numpy() on a tensor off the CPU raised, naming its device"),
+    ],
+    ("02", "lost-move"): [
+        Verdict(r"^after \.to\(\) without assignment: shape \(4, 10\), torch\.float32, on cpu$", "always",
+                "the bug shown: a .to() whose result is thrown away changes nothing"),
+        Verdict(r"^after inputs = inputs\.to\(\.\.\.\): +shape \(4, 10\), torch\.float16, on (?!cpu)",
+                "always", "and keeping the result moves and converts the tensor"),
+    ],
+    ("02", "feeding-ways"): [
         Verdict(r"^Moved per batch / data on device: \d+\.\d\dx; device is the CPU: nothing is copied", "cpu",
-                "all three regression runs reported a time per epoch, and on the CPU the copies are not "
+                "all three ways of feeding reported a time per epoch, and on the CPU the copies are not "
                 "read as a cost (issue 28: the line follows the device and the measured ratio)"),
         Verdict(r"^Moved per batch / data on device: \d+\.\d\dx; (on \S+, the copies|no clear|faster)", "gpu",
                 "on a GPU the line names the copies' cost only as far as the ratio shows one"),
     ],
-    ("02", "cell-43c"): [
+    ("02", "batch-search"): [
         Verdict(r"^SIMULATION: device is cpu, not a CUDA GPU[\s\S]*the search found that limit, 300\.", "cpu",
                 "without a GPU the search runs on a labelled stand-in and finds its made-up limit exactly"),
     ],
-    ("02", "cell-45b"): [
+    ("02", "reload"): [
         Verdict(r"same weights as the trained model: True$", "always",
                 "saving and loading across devices keeps the weights"),
+    ],
+    ("02", "weights-only"): [
+        Verdict(r"^weights_only=True refused the file\. ", "always",
+                "torch.load(weights_only=True) refuses a file holding an arbitrary object ('Loaded: "
+                "this PyTorch accepted the object' is printed, not raised)"),
+    ],
+    ("02", "optimizer-after-move"): [
+        Verdict(r"^after \.to\('meta'\): weight on meta, the optimizer's on cpu; the same tensor: False$",
+                "always", "the pitfall shown: an optimizer made before a real move holds the old tensors"),
     ],
     # --- 03: is it a bird ----------------------------------------------------------------------------------
     ("03", "plan"): [
