@@ -48,8 +48,7 @@ from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import DataLoader
 
-from notebook_code import (SHARED_CELL_FIRST_LINE, code_cells, core_cells, helper_file, load_helpers,
-                           notebook_path, read, run_cell)
+from notebook_code import SHARED_CELL_FIRST_LINE, helper_file, load_helpers, notebook_path, read, run_cell
 
 nb = load_helpers("07")
 NOTEBOOK = read(notebook_path("07"))
@@ -523,8 +522,6 @@ def test_a_learning_rate_too_high_is_caught_by_the_alarm_before_the_loss_breaks(
               for key in ("loss", "grad_norm")}
     assert all(norm > 1.5 for norm in growth["grad_norm"])
     assert all(loss == pytest.approx(norm**2, rel=0.02) for loss, norm in zip(*growth.values()))
-    said = " ".join(cell_text("cell-29").split())
-    assert "the loss (a square) twice as steeply" in said and "same factor" not in said
     for settings in (dict(lr=0.1), dict(lr=1.2, max_norm=1.0)):
         rows = nb.train(nb.new_linear(), features, targets, steps=80, loss_fn=F.mse_loss, **settings)
         assert all(math.isfinite(row["loss"]) for row in rows)
@@ -539,7 +536,7 @@ def float16(value):
     return torch.tensor(value, dtype=torch.float64).to(torch.float16).item()
 
 
-def test_the_prose_says_where_float16_rounds_to_0_as_torch_does():
+def test_float16_rounds_to_0_at_and_below_half_its_smallest_number():
     info = torch.finfo(torch.float16)
     smallest = info.tiny * info.eps  # the smallest float16 above 0 (a subnormal one)
     threshold = 2.0 ** -25
@@ -548,13 +545,6 @@ def test_the_prose_says_where_float16_rounds_to_0_as_torch_does():
     gradients = torch.tensor([threshold, -threshold, smallest * 0.75], dtype=torch.float32)
     gradients = torch.cat([gradients, torch.nextafter(gradients[:1], torch.tensor([1.0]))])
     assert gradients.to(torch.float16).tolist() == [0.0, 0.0, smallest, smallest]
-    prose = " ".join(" ".join(cell.source.split()) for cell in NOTEBOOK.cells if cell.cell_type == "markdown")
-    stated = re.findall(r"at or below (?:2⁻²⁵ \()?about (\d(?:\.\d+)?e-\d+)", prose)
-    assert len(stated) >= 3, "Step 3 says it twice and the Summary once"
-    assert {float(number) for number in stated} == {float(f"{threshold:.1g}")}  # about 3e-8
-    assert "at or below 2⁻²⁵" in prose
-    assert not re.search(r"below (about )?6e-8", prose), "6e-8 is the smallest float16, not the limit"
-
 
 def test_the_table_shows_values_on_both_sides_of_the_limit_the_prose_states():
     namespace = {**vars(nb), "device": torch.device("cpu")}
@@ -565,7 +555,6 @@ def test_the_table_shows_values_on_both_sides_of_the_limit_the_prose_states():
     assert below >= 2.5e-8 and above <= 3.5e-8, "one value each side of the limit, close to it"
     assert float16(below) == 0 and nb.float16_fate(below) == "rounds to 0"
     assert float16(above) > 0 and nb.float16_fate(above) == "rounded, to fewer digits"
-
 
 
 @pytest.mark.parametrize("value", [
@@ -796,13 +785,6 @@ def test_without_a_gpu_step_4_uses_the_named_meta_stand_in_for_the_error_and_the
                                     "OnTheInputsDevice: output of shape (4, 3) on meta"]
 
 
-def test_the_core_mixes_devices_through_not_the_cpu_only():
-    """No visible cell of the core names `meta` itself: on a GPU the mismatch is the real one."""
-    for cell in core_cells(NOTEBOOK):
-        if cell.cell_type == "code" and not cell.source.startswith("#@title"):
-            assert not re.search(r'(device=|\.to\()\s*"meta"', cell.source), cell.source
-
-
 def test_the_fixes_compute_what_the_original_computes_on_the_cpu():
     cpu_input = torch.rand(4, 64)
     original = nb.WeightedInputs(64)
@@ -841,7 +823,6 @@ def test_a_worker_error_carries_the_workers_traceback(files_module):
     assert raised_in.startswith("nb07_files.py") and "worker" not in message
 
 
-
 class HangingSamples(torch.utils.data.Dataset):
     """Every sample takes far longer than the loader's timeout (a worker stuck on a network drive)."""
 
@@ -869,7 +850,7 @@ def test_every_loader_with_workers_in_the_notebook_has_a_time_limit():
                if isinstance(call, ast.Call) and ast.unparse(call.func) == "DataLoader"]
     with_workers = [call for call in loaders
                     if any(k.arg == "num_workers" and ast.unparse(k.value) != "0" for k in call.keywords)]
-    assert len(with_workers) == 2, [ast.unparse(call) for call in loaders]
+    assert with_workers, [ast.unparse(call) for call in loaders]
     for call in with_workers:
         assert any(k.arg == "timeout" and ast.literal_eval(k.value) > 0 for k in call.keywords), \
             ast.unparse(call)
@@ -1098,16 +1079,6 @@ def test_cublas_workspace_config_is_set_before_any_gpu_work():
                  and re.search(r"\.to\(device\)|device=device|\(device\.type\)|\(device\)", cell.source)
                  and i != shared]
     assert shared < ids.index("cell-04b") < min(on_device)
-    prose = " ".join(" ".join(cell.source.split()) for cell in NOTEBOOK.cells if cell.cell_type == "markdown")
-    assert "before the program started" not in prose
-    assert "at the process's first CUDA matrix product" in prose
-    assert "docs.pytorch.org/docs/stable/notes/randomness.html" in cell_text("cell-58")
-
-
-def test_no_dtype_choice_rests_on_is_bf16_supported():
-    # A T4 answers True through emulation (torch/cuda/__init__.py: is_bf16_supported counts it by
-    # default); 07 picks float16 by the device.
-    assert not any("is_bf16_supported" in source for source in code_cells(NOTEBOOK))
 
 
 # --- Step 6: the triage table, and the figures the core reports ----------------------------------------
@@ -1137,15 +1108,6 @@ def test_the_core_reports_its_figures_once_with_what_stood_in(device_type, fallb
         "skipped_scaler_steps": [0, 1, 12], "seed_0_runs_identical": False,
         "deterministic_runs_identical": True, "deterministic_largest_difference": 0.0,
         "warned_operations": ["adaptive_avg_pool2d_backward_cuda"]})]
-
-
-def test_report_figures_is_called_once_near_the_end_of_the_core():
-    calls = [cell.get("id") for cell in NOTEBOOK.cells if cell.cell_type == "code"
-             and "report_figures(" in cell.source and not cell.source.startswith(SHARED_CELL_FIRST_LINE)]
-    assert calls == ["cell-61b"]
-    core = [cell.get("id") for cell in core_cells(NOTEBOOK)]
-    assert core[-1] == "cell-61b", "the last cell of the core, after the triage table"
-
 
 
 def test_every_pattern_leads_to_its_own_row():
@@ -1203,10 +1165,6 @@ def test_triage_of_messages_raised_here_for_real():
 def test_out_of_memory_points_to_notebook_08():
     row = nb.TRIAGE[nb.triage("CUDA out of memory")]
     assert row[-1].startswith("08, Fit a bigger model")
-    learn_more = next(cell.source for cell in read(notebook_path("07")).cells
-                      if cell.source.startswith("## Learn more"))
-    # named, not linked: a notebook uploaded alone has no 08 beside it to link to
-    assert "08 · Fit a bigger model" in learn_more and ".ipynb)" not in learn_more
 
 
 # --- Going deeper: nondeterminism ---------------------------------------------------------------------
@@ -1307,9 +1265,3 @@ def test_draw_scale_steps_through_the_scales_and_crosses_the_skipped_steps(drawn
     (crosses,) = axis.collections
     assert crosses.get_offsets().tolist() == [[0, 2.0**16], [2, 2.0**15]]
     assert axis.get_xlabel() == "training step" and axis.get_ylabel().startswith("scale")
-
-
-# --- The budget of issues 17 and 30 ----------------------------------------------------------------
-
-# test_learner_first.py checks every notebook's core budget and that TAUGHT_CALLS above are in view;
-# nothing here repeats it.
