@@ -556,6 +556,87 @@ def test_the_core_reports_its_figures_with_what_stood_in(device_type, fallback):
         "step_3_first_non_finite_module": "3 (NaiveLogSoftmax)"})]
 
 
+# --- The exercises: each check against a likely wrong answer, the notebook's answer ---------------
+
+@pytest.mark.exercise("07", "class-numbers")
+def test_exercise_1_tells_labels_minus_one_without_long_that_cross_entropy_needs_long():
+    assert nb.check_class_numbers(nb.to_class_numbers, CPU).startswith("NOT DONE YET")
+    assert nb.check_class_numbers(nb.to_class_numbers_answer, CPU).startswith("PASSED")
+    # the likely slip: the shift without .long(), which keeps the CSV's floats
+    assert nb.check_class_numbers(lambda labels: labels - 1, CPU) == (
+        "NOT YET RIGHT: on [1.0, 2.0, 3.0, 3.0, 1.0] (float32) it returned torch.float32; cross_entropy "
+        "needs torch.long class numbers: add .long().")
+    unshifted = nb.check_class_numbers(lambda labels: labels.long(), CPU)
+    assert unshifted.startswith("NOT YET RIGHT: on [1.0, 2.0, 3.0, 3.0, 1.0] (float32) it returned "
+                                "[1, 2, 3, 3, 1], and label_problems says: 2 label(s) of 3 or more")
+    assert "[1, 2, 0, 0, 1], not [0, 1, 2, 2, 0]: class 1 becomes 0" in nb.check_class_numbers(
+        lambda labels: labels.long() % 3, CPU), "in range, but the wrong classes"
+    assert "returned a list, not a tensor" in nb.check_class_numbers(
+        lambda labels: (labels.long() - 1).tolist(), CPU)
+
+
+class PositionsNamedInAdvance(nb.CountedFeatures):
+    """The likely slip: `.to(device)` with the device the code was written for (here the CPU's)."""
+
+    def forward(self, x):
+        return self.linear(x + torch.arange(x.shape[1]).to(CPU))
+
+
+class PositionsFromOne(nb.CountedFeatures):
+    def forward(self, x):
+        return self.linear(x + torch.arange(1, x.shape[1] + 1, device=x.device))
+
+
+class PositionsTooFew(nb.CountedFeatures):
+    def forward(self, x):
+        return self.linear(x + torch.arange(3, device=x.device))
+
+
+class PositionsTypo(nb.CountedFeatures):
+    def forward(self, x):
+        return self.linear(x + torch.arange(x.shape[1], device=x.device, dtype="float"))
+
+
+@pytest.mark.exercise("07", "positions")
+def test_exercise_2_tells_a_tensor_moved_to_a_device_named_in_advance_to_use_the_inputs_device():
+    assert nb.check_positions(nb.CountedFeatures, CPU).startswith("NOT DONE YET")
+    assert nb.check_positions(nb.CountedFeaturesAnswer, CPU) == (
+        "PASSED: it runs on cpu and meta, and computes what the reference computes.")
+    named = nb.check_positions(PositionsNamedInAdvance, CPU)
+    assert named.startswith("NOT YET RIGHT: with the model and its inputs on meta, forward raised "
+                            "RuntimeError: ")
+    assert named.endswith("Make positions where the inputs are (x.device), not on a device named in advance.")
+    from_one = nb.check_positions(PositionsFromOne, CPU)
+    assert from_one.startswith("NOT YET RIGHT: on the CPU the output is off by up to ")
+    assert from_one.endswith("from the reference: positions are 0, 1, ..., 5 for 6 features.")
+    too_few = nb.check_positions(PositionsTooFew, CPU)
+    assert "on cpu, forward raised RuntimeError: The size of tensor" in too_few and "x.device" not in too_few
+    with pytest.raises(TypeError):  # an error of the learner's own, not the starter's ...: its traceback
+        nb.check_positions(PositionsTypo, CPU)
+
+
+@pytest.mark.exercise("07", "log-softmax")
+def test_exercise_3_shows_how_far_adding_a_small_number_to_the_probabilities_is_off():
+    assert nb.check_log_softmax(nb.my_log_softmax, CPU).startswith("NOT DONE YET")
+    assert nb.check_log_softmax(nb.log_softmax_answer, CPU).startswith("PASSED")
+
+    def plus_a_little(scores):  # the likely slip: hide log(0) by adding a small number
+        return torch.log(torch.softmax(scores, dim=1) + 1e-8)
+
+    assert nb.check_log_softmax(plus_a_little, CPU) == (
+        "NOT YET RIGHT: on scores in the hundreds [-300.0, 0.0, 300.0], class 0: yours is -18.42, "
+        "torch.log_softmax's -600, off by 582.")
+    overflow = nb.check_log_softmax(lambda s: s - torch.exp(s).sum(dim=1, keepdim=True).log(), CPU)
+    assert overflow.startswith("NOT YET RIGHT: on scores in the hundreds [[0.0, 100.0, 200.0], [-300.0, 0.0, "
+                               "300.0]] it gave inf or nan")
+    no_keepdim = nb.check_log_softmax(lambda s: s - torch.logsumexp(s, dim=1), CPU)
+    assert no_keepdim.startswith("NOT YET RIGHT: on small scores it raised RuntimeError: The size of tensor")
+    assert no_keepdim.endswith("keepdim=True keeps one sum per row.")
+    assert nb.check_log_softmax(lambda s: torch.logsumexp(s, dim=1), CPU) == (
+        "NOT YET RIGHT: on small scores it gave (2,), not a tensor of shape (2, 3): one log-probability "
+        "per score.")
+
+
 # --- Going deeper B: anomaly mode and the gradient norm -------------------------------------------
 
 def test_anomaly_mode_names_the_log_and_its_forward_line(pictures):
