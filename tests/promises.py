@@ -31,6 +31,13 @@ PROMISES = {
         Promise(r"Never load data from an untrusted source", "notebook",
                 "the quote of torch.load's own warning (test_02_device.py checks PyTorch still says it)"),
     ],
+    "07": [
+        Promise(r"`CUDA_LAUNCH_BLOCKING=1`", "core",
+                "the setting a learner copies, before the process starts, to find the line a "
+                "device-side assert comes from"),
+        Promise(r"Expected all tensors to be on the same device", "core",
+                "the message a learner searches for, found in Step 2 with its cause"),
+    ],
     "06": [
         Promise(r"Settings > Accelerator > GPU T4 x2", "title",
                 "the menu path that gives a Kaggle learner two real GPUs for the processes of Steps 4-6"),

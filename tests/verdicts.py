@@ -194,84 +194,85 @@ VERDICTS = {
                 "barrier"),
     ],
     # --- 07: when it breaks --------------------------------------------------------------------------------
-    ("07", "cell-04b"): [
+    ("07", "cublas-workspace"): [
         Verdict(r"^CUBLAS_WORKSPACE_CONFIG = :(4096|16):8$", "always",
-                "the variable Step 5 needs on a GPU is set before any GPU work, to a value cuBLAS accepts"),
+                "the variable Going deeper E needs on a GPU is set before any GPU work, to a value "
+                "cuBLAS accepts"),
     ],
-    ("07", "cell-09"): [
+    ("07", "label-runs"): [
         Verdict(r"^-> IndexError: Target 3 is out of bounds\. Raised at line \d+, the line that reads "
                 r"the bad label\.$", "cpu",
                 "on the CPU the planted label raises at once, at the line that reads it; 'No error "
                 "at all' or another line would mean the demo no longer shows the bug"),
     ],
-    ("07", "cell-18"): [
-        Verdict(r"^First module with a non-finite output: \S+ \(NaiveLogSoftmax\)$", "always",
-                "the hooks name the planted module, not None or another module"),
-    ],
-    ("07", "cell-21"): [
-        Verdict(r"^RuntimeError: Function '\w+Backward\d*' returned nan values", "always",
-                "anomaly mode stops at the backward function that made the nan ('no error' would "
-                "mean it caught nothing)"),
-    ],
-    ("07", "cell-25"): [
-        Verdict(r"^The loss stayed finite for all \d+ steps and went down: ", "always",
-                "the fixed model trains: finite_verdict's other answers would mean the fix failed"),
-    ],
-    ("07", "cell-27"): [
-        Verdict(r"^Gradient-norm alarm at step \d+; first loss that is not finite at step \d+\.$",
-                "always", "the alarm rings and the planted learning rate does blow up ('step None' "
-                "would mean either failed quietly)"),
-    ],
-    ("07", "cell-33"): [
-        Verdict(r"^\d+\s+2\.9e-08\s+0\s.*rounds to 0$", "always",
-                "just below 2**-25, the limit the prose states, float16 gives 0 ..."),
-        Verdict(r"^\d+\s+3e-08\s+5\.96046e-08\s.*rounded, to fewer digits$", "always",
-                "... and just above it the smallest float16, 2**-24: the prose's 'about 3e-8' holds"),
-    ],
-    ("07", "cell-38"): [
-        Verdict(r"^On (cpu|cuda), skipped steps: \[\d+[\d, ]*\]; the weights stayed unchanged on "
-                r"exactly those steps: True$", "always",
-                "the GradScaler of run_on skips some steps and updates the weights on all others"),
-        Verdict(r"^On cpu, ", "cpu", "without a CUDA GPU Step 3 runs on the CPU, as the prose says"),
-    ],
-    ("07", "cell-42"): [
+    ("07", "device-mismatch"): [
         Verdict(r"^On meta: RuntimeError: .*\bcpu\b", "cpu",
                 "without a GPU the named meta stand-in shows the mismatch (a GPU shows its own)"),
     ],
-    ("07", "cell-44"): [
+    ("07", "device-fixes"): [
         Verdict(r"^WithBuffer: output of shape \(4, 3\) on meta$", "cpu",
                 "the buffer moves with the model, to the same device that failed above"),
         Verdict(r"^OnTheInputsDevice: output of shape \(4, 3\) on meta$", "cpu",
                 "and device=x.device makes the tensor where the inputs are"),
     ],
-    ("07", "cell-46"): [
-        Verdict(r"^PlainAttribute: \['model\.feature_weights'\]$", "always",
-                "tensors_left_behind finds the tensor that model.to(device) would leave behind"),
-        Verdict(r"^WithBuffer: +nothing left behind$", "always", "and nothing in the fixed model"),
+    ("07", "nan-hooks"): [
+        Verdict(r"^First module with a non-finite output: \S+ \(NaiveLogSoftmax\)$", "always",
+                "the hooks name the planted module, not None or another module"),
     ],
-    ("07", "cell-51"): [
+    ("07", "nan-fixed"): [
+        Verdict(r"^The loss stayed finite for all \d+ steps and went down: ", "always",
+                "the fixed model trains: finite_verdict's other answers would mean the fix failed"),
+    ],
+    ("07", "anomaly-mode"): [
+        Verdict(r"^RuntimeError: Function '\w+Backward\d*' returned nan values", "always",
+                "anomaly mode stops at the backward function that made the nan ('no error' would "
+                "mean it caught nothing)"),
+    ],
+    ("07", "grad-norm-alarm"): [
+        Verdict(r"^Gradient-norm alarm at step \d+; first loss that is not finite at step \d+\.$",
+                "always", "the alarm rings and the planted learning rate does blow up ('step None' "
+                "would mean either failed quietly)"),
+    ],
+    ("07", "float16-table"): [
+        Verdict(r"^\d+\s+2\.9e-08\s+0\s.*rounds to 0$", "always",
+                "just below 2**-25, the limit the prose states, float16 gives 0 ..."),
+        Verdict(r"^\d+\s+3e-08\s+5\.96046e-08\s.*rounded, to fewer digits$", "always",
+                "... and just above it the smallest float16, 2**-24: the prose's 'about 3e-8' holds"),
+    ],
+    ("07", "scaler-steps"): [
+        Verdict(r"^On (cpu|cuda), skipped steps: \[\d+[\d, ]*\]; the weights stayed unchanged on "
+                r"exactly those steps: True$", "always",
+                "the GradScaler of run_on skips some steps and updates the weights on all others"),
+        Verdict(r"^On cpu, ", "cpu", "without a CUDA GPU part C runs on the CPU, as the prose says"),
+    ],
+    ("07", "worker-fix"): [
         Verdict(r"^Broken samples: \{37: ", "always", "broken_samples finds the planted broken file"),
         Verdict(r"^Without them, with workers: every batch loads$", "always",
                 "and without it every batch loads, with worker processes"),
     ],
-    ("07", "cell-54"): [
+    ("07", "seeded-runs"): [
         Verdict(r"^seed 0 twice\s+True\s+0\.0+$", "cpu", "two seeded runs on the CPU agree to the bit"),
         Verdict(r"^seed 0 against seed 1\s+False\s", "always",
                 "and another seed gives other weights: the comparison can tell them apart"),
     ],
-    ("07", "cell-57"): [
+    ("07", "deterministic-error"): [
         Verdict(r"^RuntimeError: put_ does not have a deterministic implementation", "always",
                 "deterministic algorithms raise where none exists, on every device"),
     ],
-    ("07", "cell-58c"): [
+    ("07", "deterministic-cnn"): [
         Verdict(r"^Deterministic algorithms on cpu: identical to the bit; no operation warned\.$", "cpu",
                 "with warn_only=True the CNN repeats to the bit on the CPU, and nothing there warns"),
     ],
-    ("07", "cell-68"): [
+    ("07", "index-add-runs"): [
         Verdict(r"^(Every run was identical on cpu, with and without deterministic algorithms|By "
                 r"default \d+ of 4 runs differed in the last bits on cpu; with deterministic "
                 r"algorithms none did)\.$", "cpu",
                 "never 'Deterministic algorithms still differed' (printed, not raised)"),
+    ],
+    ("07", "left-behind"): [
+        Verdict(r"^PlainAttribute: \['model\.feature_weights'\]$", "always",
+                "tensors_left_behind finds the tensor that model.to(device) would leave behind"),
+        Verdict(r"^WithBuffer: +nothing left behind$", "always", "and nothing in the fixed model"),
     ],
     # --- 08: fit a bigger model ----------------------------------------------------------------------------
     ("08", "cell-12"): [
