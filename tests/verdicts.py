@@ -126,10 +126,14 @@ VERDICTS = {
         Verdict(r"^(STAND-IN DATA: drawings in |Photos in )", "always",
                 "the cell says what the model trains on: checked photos, or stand-ins labelled as such"),
     ],
-    ("03", "cell-25"): [
+    ("03", "weights"): [
         Verdict(r"pretrained weights: True|Warning: the pretrained weights could not be loaded"
                 r"(.*\n)+pretrained weights: False", "always",
                 "random weights only with the warning that says so, never silently"),
+    ],
+    ("03", "first-look"): [
+        Verdict(r"^bird: STAND-IN DRAWING \(no search\)\.$", "offline",
+                "offline the first look shows a drawing labelled as one, not a photo it cannot have"),
     ],
     # --- 05: find the bottleneck --------------------------------------------------------------------------
     ("05", "cell-65"): [
