@@ -1,5 +1,5 @@
 """Notebook 06: the DDP training script it writes, torchrun's command line, reading the results, the
-speed table and the cost model, and the promise that no run of torchrun leaves
+speed table and the cost model, its exercises' checks, and the promise that no run of torchrun leaves
 a process behind.
 
 The notebook's own run (nbval, tests/verdicts.py) starts torchrun four times for real: Step 4's DDP
@@ -1296,3 +1296,56 @@ def test_when_torchrun_itself_fails_the_failure_cell_says_so_instead_of_raising(
     printed = run_cell("06", "failure", namespace)
     assert printed.startswith("The first process to fail: local rank 0, line 176, in main: torch.save(")
     assert "No process wrote" not in printed and "Parent directory x does not exist" in printed
+
+
+# --- The exercises: each check against a likely wrong answer; the answers come from the notebook ------
+
+@pytest.mark.exercise("06", "share")
+def test_exercise_1_shows_the_share_that_blocks_or_no_padding_get_wrong():
+    def in_blocks(count, rank, world_size):  # a likely first try: each process a block of points
+        size = count // world_size
+        return list(range(rank * size, (rank + 1) * size))
+
+    assert nb.check_share(in_blocks) == ("NOT YET RIGHT: with 10 points and 2 processes, rank 0 "
+                                         "gets [0, 2, 4, 6, 8]; yours gives [0, 1, 2, 3, 4].")
+    assert nb.check_share(lambda count, rank, world_size: list(range(rank, count, world_size))) == (
+        "NOT YET RIGHT: with 5 points and 2 processes, rank 1 gets [1, 3, 0]; yours gives [1, 3].")
+    assert nb.check_share(lambda count, rank, world_size: ...).startswith("NOT DONE YET")
+    assert nb.check_share(lambda count, rank, world_size: 1 / 0).startswith(
+        "NOT YET RIGHT: share_of(10, 0, 2) raised ZeroDivisionError")
+    assert nb.check_share(nb.share_of_answer).startswith("PASSED")
+
+
+@pytest.mark.exercise("06", "average")
+def test_exercise_2_says_that_a_sum_of_gradients_is_n_times_the_whole_batchs():
+    summed = nb.check_average(lambda gradients: torch.stack(gradients).sum(dim=0))
+    assert summed.startswith("NOT YET RIGHT: with 2 copies, your gradients are 2.00 times those of "
+                             "one model on the whole batch: a sum, not a mean?")
+    first_only = nb.check_average(lambda gradients: gradients[0])
+    assert first_only.startswith("NOT YET RIGHT: with 2 copies, your gradients differ from those "
+                                 "of one model on the whole batch by up to")
+    stacked = nb.check_average(lambda gradients: torch.stack(gradients))
+    assert stacked.startswith("NOT YET RIGHT: average_gradients should return one tensor of shape (4, 2)")
+    assert nb.check_average(lambda gradients: ...).startswith("NOT DONE YET")
+    assert nb.check_average(nb.average_gradients_answer).startswith("PASSED")
+
+
+@pytest.mark.exercise("06", "batch")
+def test_exercise_3_says_that_the_communication_does_not_grow_with_the_batch():
+    def everything_grows(k, compute_ms, communication_ms, processes):
+        return processes * k * compute_ms / (k * compute_ms + k * communication_ms)
+
+    assert nb.check_speedup(everything_grows) == (
+        "NOT YET RIGHT: with k = 4, compute_ms 8, communication_ms 2, 2 processes, the speed-up is "
+        "1.882; yours is 1.600, the same as with k = 1. The gradients, and so the communication, do "
+        "not grow with the batch.")
+    assert nb.check_speedup(lambda k, compute_ms, communication_ms, processes: 1.0) == (
+        "NOT YET RIGHT: with k = 1, compute_ms 8, communication_ms 2, 2 processes, the speed-up is "
+        "1.600; yours is 1.000.")
+    assert nb.check_speedup(lambda *numbers: ...).startswith("NOT DONE YET")
+    speed = nb.speed_table(timed_results(8.0, 10.0), 128)
+    assert nb.check_speedup(nb.speedup_at_answer, speed) == (
+        "PASSED: speedup_at agrees with the cost model on 5 inputs. With Step 5's numbers: 1.60 "
+        "times as fast as one device now, 1.97 with batches 16 times bigger.")
+    assert nb.check_speedup(nb.speedup_at_answer, nb.speed_table([], 128)) == (
+        "PASSED: speedup_at agrees with the cost model on 4 inputs.")
