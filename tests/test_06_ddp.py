@@ -1284,6 +1284,8 @@ def test_the_last_check_prints_its_verdicts_either_way(alive, listening):
     assert printed[2] == f"C's rendezvous endpoint {endpoint}: " + (
         "a program still listens there." if listening else "nothing listens there any more.")
     assert list(namespace["runs_table"].index) == ["Step 4, DDP", "C · two nodes"]
+    del namespace["two_node_endpoint"]  # Going deeper C did not run: nothing to say about its port
+    assert len(run_cell("06", "leftovers", namespace).splitlines()) == 2
 
 
 def test_when_torchrun_itself_fails_the_failure_cell_says_so_instead_of_raising(tmp_path):
@@ -1327,6 +1329,8 @@ def test_exercise_2_says_that_a_sum_of_gradients_is_n_times_the_whole_batchs():
     stacked = nb.check_average(lambda gradients: torch.stack(gradients))
     assert stacked.startswith("NOT YET RIGHT: average_gradients should return one tensor of shape (4, 2)")
     assert nb.check_average(lambda gradients: ...).startswith("NOT DONE YET")
+    assert nb.check_average(lambda gradients: gradients.mean()).startswith(
+        "NOT YET RIGHT: average_gradients raised AttributeError")  # a list, not a tensor
     assert nb.check_average(nb.average_gradients_answer).startswith("PASSED")
 
 
@@ -1343,6 +1347,12 @@ def test_exercise_3_says_that_the_communication_does_not_grow_with_the_batch():
         "NOT YET RIGHT: with k = 1, compute_ms 8, communication_ms 2, 2 processes, the speed-up is "
         "1.600; yours is 1.000.")
     assert nb.check_speedup(lambda *numbers: ...).startswith("NOT DONE YET")
+    assert nb.check_speedup(lambda k, compute_ms, communication_ms, processes: "1.6") == (
+        "NOT YET RIGHT: with k = 1, compute_ms 8, communication_ms 2, 2 processes, the speed-up is "
+        "1.600; yours is '1.6'.")
+    assert nb.check_speedup(lambda k, compute_ms, communication_ms, processes: 1 / 0).startswith(
+        "NOT YET RIGHT: with k = 1, compute_ms 8, communication_ms 2, 2 processes, speedup_at raised "
+        "ZeroDivisionError")
     speed = nb.speed_table(timed_results(8.0, 10.0), 128)
     assert nb.check_speedup(nb.speedup_at_answer, speed) == (
         "PASSED: speedup_at agrees with the cost model on 5 inputs. With Step 5's numbers: 1.60 "
