@@ -40,7 +40,7 @@ PROMISES = {
     ],
     "06": [
         Promise(r"Settings > Accelerator > GPU T4 x2", "title",
-                "the menu path that gives a Kaggle learner two real GPUs for the processes of Steps 4-6"),
+                "the menu path that gives a Kaggle learner two real GPUs for the processes of Step 4"),
     ],
     "10": [
         Promise(r"needs no compiling.*first call still pays", "core",
