@@ -16,6 +16,7 @@ is tested on both copies in tests/test_06_ddp.py (the tests taking the fixture `
 launch_plan, which gives the shared torchrun_plan this notebook's reasons, is tested here.
 """
 import ast
+import copy
 import gc
 import inspect
 import os
@@ -1155,3 +1156,85 @@ def test_key_figures_when_no_try_fit():
     declared = {"baseline (float32)": attempt(False, real=False), "+ checkpointing": attempt(True, real=False)}
     assert nb.key_figures(counts, declared, 3e6, 4)["step2_fit_peak_MB"] is None  # no allocator peak
 
+
+# --- The exercises: each check against a likely wrong answer, and the notebook's own answer ----------
+
+def exercise(name, **more):
+    """The namespace of exercise `name`'s check and answer cells, run on the CPU with `more` beside
+    the notebook's helpers."""
+    namespace = {**vars(nb), "device": torch.device("cpu"), **more}
+    run_cell("08", f"exercise-{name}-check", namespace)
+    run_cell("08", f"exercise-{name}-answer", namespace)
+    return namespace
+
+
+@pytest.mark.exercise("08", "predicted-bytes")
+def test_exercise_1_tells_a_prediction_of_4_bytes_a_number_where_bfloat16_takes_2():
+    namespace = exercise("predicted-bytes")
+    check = namespace["check_predicted_bytes"]
+    assert check(namespace["predicted_bytes_answer"]).startswith("PASSED: your predictions match")
+
+    def four_bytes_each(model, optimizer_name):  # right for float32 only
+        numbers = sum(p.numel() for p in model.parameters())
+        return 4 * numbers * (2 + {"SGD": 0, "SGD with momentum": 1, "Adam": 2}[optimizer_name])
+
+    told = check(four_bytes_each)
+    assert told.startswith("NOT YET RIGHT: Adam with bfloat16 weights: you predicted ") and "(+100 %)" in told
+    assert "p.element_size()" in told
+    assert check(lambda model, optimizer_name: ...).startswith("NOT DONE YET")
+    assert check(lambda model, name: {}[name]).startswith("NOT YET RIGHT: predicted_bytes(model, 'SGD') "
+                                                         "raised KeyError")
+
+
+def catches_nothing(train_step, batch_sizes):
+    for batch in sorted(batch_sizes, reverse=True):
+        train_step(batch)
+        return batch
+    return None
+
+
+def smallest_first(train_step, batch_sizes):
+    for batch in sorted(batch_sizes):
+        try:
+            train_step(batch)
+            return batch
+        except torch.OutOfMemoryError:
+            pass
+    return None
+
+
+@pytest.mark.exercise("08", "largest-batch")
+def test_exercise_2_tells_an_error_that_escapes_and_a_batch_that_is_not_the_largest():
+    namespace = exercise("largest-batch", FEATURES=16, CLASSES=2)
+    check = namespace["check_largest_batch"]
+    assert check(namespace["largest_batch_answer"]) == \
+        "PASSED: 8 of [2, 4, 8, 16, 32, 64], and None when no size fits."
+    assert check(catches_nothing).startswith(
+        "NOT YET RIGHT: torch.OutOfMemoryError escaped from train_step(64): catch it")
+    assert check(smallest_first) == ("NOT YET RIGHT: with sizes [2, 4, 8, 16, 32, 64] it returned 2, "
+                                     "but the largest that trains is 8 (it tried [2]).")
+
+
+def test_exercise_2s_made_up_gpu_raises_pytorchs_error_above_its_budget_only():
+    namespace = {**vars(nb), "device": torch.device("cpu")}
+    run_cell("08", "exercise-largest-batch-check", namespace)
+    train_step = namespace["out_of_memory_step"]({4: 10, 8: 11}, 10)
+    assert train_step(4) == 10
+    with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate 0.0 MB"):
+        train_step(8)
+    assert train_step.calls == [4, 8]
+
+
+@pytest.mark.exercise("08", "every-second-layer")
+def test_exercise_3_tells_checkpointing_every_layer_and_a_copy_of_the_weights():
+    torch.manual_seed(0)
+    model = nb.make_model(16, 16, 3, 2)
+    namespace = exercise("every-second-layer", model=model, BATCH=8, SEQUENCE=8, FEATURES=16)
+    check = namespace["check_every_second_layer"]
+    passed = check(namespace["checkpoint_every_second_answer"])
+    assert passed.startswith("PASSED: 2 of 3 layers checkpointed") and "with the same gradients" in passed
+    assert check(nb.with_checkpointing) == ("NOT YET RIGHT: 3 of 3 transformer layers are checkpointed "
+                                            "([True, True, True]); wanted [True, False, True]: the first, "
+                                            "the third, ...")
+    copied = check(lambda model: namespace["checkpoint_every_second_answer"](copy.deepcopy(model)))
+    assert copied.startswith("NOT YET RIGHT: the new model has weights of its own")
