@@ -1213,6 +1213,9 @@ def test_exercise_2_tells_an_error_that_escapes_and_a_batch_that_is_not_the_larg
         "NOT YET RIGHT: torch.OutOfMemoryError escaped from train_step(64): catch it")
     assert check(smallest_first) == ("NOT YET RIGHT: with sizes [2, 4, 8, 16, 32, 64] it returned 2, "
                                      "but the largest that trains is 8 (it tried [2]).")
+    assert check(lambda train_step, batch_sizes: ...).startswith("NOT DONE YET")
+    assert check(lambda train_step, batch_sizes: train_step("8")) == \
+        "NOT YET RIGHT: largest_batch raised KeyError: '8'"
 
 
 def test_exercise_2s_made_up_gpu_raises_pytorchs_error_above_its_budget_only():
@@ -1238,3 +1241,5 @@ def test_exercise_3_tells_checkpointing_every_layer_and_a_copy_of_the_weights():
                                             "the third, ...")
     copied = check(lambda model: namespace["checkpoint_every_second_answer"](copy.deepcopy(model)))
     assert copied.startswith("NOT YET RIGHT: the new model has weights of its own")
+    assert check(lambda model: ...).startswith("NOT DONE YET")
+    assert check(lambda model: list(model)).startswith("NOT YET RIGHT: it returned a list; return an")
