@@ -66,6 +66,6 @@ PROMISES = {
     ],
     "08": [
         Promise(r"Settings > Accelerator > GPU T4 x2", "title",
-                "the menu path that gives a Kaggle learner two real GPUs for Step 4's sharding"),
+                "the menu path that gives a Kaggle learner two real GPUs for Going deeper C's sharding"),
     ],
 }

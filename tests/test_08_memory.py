@@ -1,12 +1,14 @@
-"""Notebook 08: counting the bytes of a training step, running out of memory, the remedies that make
-room, and FSDP2.
+"""Notebook 08: counting the bytes of a training step, running out of memory and the remedies that make
+room (the core); the exercises' checks; and Going deeper's parts (the allocator's peak, each remedy
+alone, FSDP2).
 
 The helpers run for real on the CPU where PyTorch allows it (saved-tensor hooks, checkpointing,
 autocast in bfloat16 and float16, 16-bit weights in float16 with Adam's eps, Step 2's story against a
 declared budget); the CUDA-only calls (mem_get_info, a torch.OutOfMemoryError, the allocator's peak and
 cache, memory snapshots, autocast to float16 on a T4, NCCL) run against stand-ins shaped like the real
-API that record how they are called. The last tests start the FSDP2 script with torchrun on 2 CPU
-processes over gloo, as the notebook does.
+API that record how they are called. One test starts the FSDP2 script with torchrun on 2 CPU processes
+over gloo, as Going deeper C does, and checks what the notebook's own run does not print: the optimizer
+bytes of the shards and that every process reports the same losses.
 
 The plumbing 08 shares with notebook 06 (tools/shared_cells/process_plumbing.py and torchrun_helpers.py:
 run_launchers, is_alive, stop_processes, read_parent_map, descendants, torchrun_command, parse_results)
@@ -14,9 +16,11 @@ is tested on both copies in tests/test_06_ddp.py (the tests taking the fixture `
 launch_plan, which gives the shared torchrun_plan this notebook's reasons, is tested here.
 """
 import ast
+import copy
 import gc
 import inspect
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -37,6 +41,11 @@ SCRIPT_TEXT = nb.SCRIPT_TOP + nb.SCRIPT_MODEL + nb.SCRIPT_MAIN
 TAUGHT_CALLS = [
     r"class SavedActivations\(torch\.autograd\.graph\.saved_tensors_hooks\):",
     r"super\(\)\.__init__\(self\.pack, ",
+    r"def kept_bytes\(model, optimizer, activations\):",
+    r"storage_bytes\(p\.grad for p in model\.parameters\(\)\)",
+    r"for values in optimizer\.state\.values\(\)",
+    r"def memory_of_step\(model, optimizer, inputs, labels\):",
+    r"memory_of_step\(model, adam, \*make_batch\(batch, ",
     r"cuda\.reset_peak_memory_stats\(device\)",
     r"cuda\.max_memory_allocated\(device\)",
     r"torch\.cuda\.empty_cache\(\)",
@@ -46,21 +55,9 @@ TAUGHT_CALLS = [
     r"from torch\.utils\.checkpoint import checkpoint",
     r"checkpoint\(self\.layer, x, use_reentrant=False\)",
     r"optimizer\.zero_grad\(set_to_none=True\)",
-    r"torch\.autocast\(device\.type, dtype=dtype, enabled=dtype is not None\)",
-    r"torch\.optim\.Adam\(low_model\.parameters\(\), lr=1e-3, eps=1e-4\)",
-    r"from torch\.distributed\.fsdp import fully_shard",
-    r"fully_shard\(layer, mesh=mesh\)",
-    r"fully_shard\(model, mesh=mesh\)",
+    r"torch\.autocast\(inputs\.device\.type, dtype=dtype, enabled=dtype is not None\)",
+    r"\(loss \* len\(part_labels\) / len\(labels\)\)\.backward\(\)",
 ]
-
-
-@pytest.fixture
-def on_device(monkeypatch):
-    """Set the notebook's one `device` variable, which remedy_step reads, for the helpers."""
-    def set_device(device):
-        monkeypatch.setitem(nb.remedy_step.__globals__, "device", torch.device(device))
-    set_device("cpu")
-    return set_device
 
 
 def tiny_model(seed=0):
@@ -134,15 +131,19 @@ def test_set_to_none_frees_the_gradients_that_zero_filling_keeps():
         assert nb.storage_bytes(p.grad for p in model.parameters()) == held
 
 
-def test_batch_on_makes_the_notebooks_batch_on_the_device_it_is_given(monkeypatch):
-    functions = nb.batch_on.__globals__  # SEQUENCE and FEATURES are set by a cell of work
-    monkeypatch.setitem(functions, "SEQUENCE", 8)
-    monkeypatch.setitem(functions, "FEATURES", 16)
-    inputs, labels = nb.batch_on(torch.device("meta"), 4, seed=3)
+def test_make_batch_makes_the_same_batch_on_the_device_it_is_given():
+    inputs, labels = nb.make_batch(4, 3, 8, 16, torch.device("meta"))
     assert inputs.device.type == labels.device.type == "meta"
-    assert inputs.shape == (4, 8, 16) and labels.shape == (4,)
-    on_cpu, cpu_labels = nb.batch_on("cpu", 4, seed=3)
-    assert torch.equal(on_cpu, tiny_batch(4, seed=3)[0]) and torch.equal(cpu_labels, tiny_batch(4, seed=3)[1])
+    assert inputs.shape == (4, 8, 16) and labels.shape == (4,) and labels.dtype == torch.long
+    on_cpu, cpu_labels = nb.make_batch(4, 3, 8, 16)
+    assert torch.equal(labels_of(on_cpu), cpu_labels) and set(cpu_labels.tolist()) <= {0, 1}
+    assert torch.equal(on_cpu, nb.make_batch(4, 3, 8, 16, "cpu")[0])  # the seed decides, not the device
+    assert not torch.equal(on_cpu, nb.make_batch(4, 4, 8, 16)[0])
+
+
+def labels_of(inputs):
+    """The class make_batch gives each sample: do its first numbers add up above 0?"""
+    return (inputs[:, :, 0].sum(dim=1) > 0).long()
 
 
 def test_in_mb_gives_megabytes_of_10_to_the_6_bytes_rounded_to_two_places():
@@ -217,7 +218,13 @@ def test_the_stand_in_has_the_signatures_of_torch_cuda():
     assert issubclass(torch.OutOfMemoryError, RuntimeError) and torch.cuda.OutOfMemoryError is torch.OutOfMemoryError
 
 
-def reachable_tensor_bytes(values, seen=None):
+def optimizer_state(optimizer):
+    """Every tensor an optimizer keeps between training steps (what kept_bytes counts)."""
+    return [value for state in optimizer.state.values() for value in state.values()
+            if isinstance(value, torch.Tensor)]
+
+
+def reachable_tensor_bytes(values):
     """Bytes of the tensors a notebook's variables keep alive, as the allocator would count them on a
     GPU: modules' weights and gradients, optimizers' state, tensors, and what dicts and lists hold."""
     tensors = []
@@ -226,7 +233,7 @@ def reachable_tensor_bytes(values, seen=None):
         if isinstance(value, nn.Module):
             tensors.extend([*value.parameters(), *(p.grad for p in value.parameters())])
         elif isinstance(value, torch.optim.Optimizer):
-            tensors.extend(nb.optimizer_state_tensors(value))
+            tensors.extend(optimizer_state(value))
         elif isinstance(value, torch.Tensor):
             tensors.append(value)
         elif isinstance(value, (dict, list, tuple)) and depth < 3:
@@ -240,17 +247,15 @@ def reachable_tensor_bytes(values, seen=None):
 
 @pytest.mark.gpu_branch("08", "allocator_peak_bytes: device.type != 'cuda'")
 def test_when_the_peak_is_measured_only_what_the_count_sees_is_on_the_device(monkeypatch):
-    # Step 1's cells run for real (the count cell, the batch-size cell), then the peak cell on a
-    # stand-in CUDA allocator: at reset_peak_memory_stats it holds every tensor the notebook's
-    # variables keep alive; during the training step it adds that step's activations. Earlier cells'
-    # optimizers (SGD's momentum, a second Adam) left on the device made the peak "Much more than
-    # counted" on a T4; they are freed now.
+    # Step 1's count runs for real, then Going deeper A's peak cell on a stand-in CUDA allocator: at
+    # reset_peak_memory_stats it holds every tensor the notebook's variables keep alive; during the
+    # training step it adds that step's activations. Earlier cells' optimizers (SGD's momentum, a
+    # second Adam) and batches left on the device made the peak "Much more than counted" on a T4.
     namespace = {**vars(nb), "device": torch.device("cpu"), "FEATURES": 16, "WIDTH": 32, "DEPTH": 2,
-                 "CLASSES": 2, "BATCH": 8, "BATCH_SIZES": [4, 8], "SEQUENCE": 8}
-    monkeypatch.setitem(nb.batch_on.__globals__, "SEQUENCE", 8)
-    monkeypatch.setitem(nb.batch_on.__globals__, "FEATURES", 16)
-    run_cell("08", "cell-12", namespace)
-    run_cell("08", "cell-14", namespace)
+                 "CLASSES": 2, "BATCH": 8, "BATCH_SIZES": [4, 8], "SEQUENCE": 8,
+                 "plot_by_batch": lambda by_batch, weight_count: None,
+                 "make_batch": lambda *args: nb.make_batch(*args[:4])}  # the stand-in GPU is the CPU
+    run_cell("08", "count-run", namespace)
     held = {}
 
     class Allocator(StandInCuda):
@@ -260,18 +265,18 @@ def test_when_the_peak_is_measured_only_what_the_count_sees_is_on_the_device(mon
 
         def max_memory_allocated(self, device=None):
             super().max_memory_allocated(device)
-            return held["at_reset"] + namespace["counted"]["Adam"]["activations"]
+            return held["at_reset"] + namespace["adam_counts"]["activations"]
 
     allocator = Allocator(peak=None)
     for name in ("synchronize", "reset_peak_memory_stats", "max_memory_allocated"):
         monkeypatch.setattr(torch.cuda, name, getattr(allocator, name))
-    printed = run_cell("08", "cell-17", {**namespace, "device": torch.device("cuda", 0)})
+    namespace["device"] = torch.device("cuda", 0)
+    printed = run_cell("08", "allocator-peak", namespace)
     model, adam = namespace["model"], namespace["adam"]
     expected = nb.storage_bytes([*model.parameters(), *(p.grad for p in model.parameters()),
-                                 *nb.optimizer_state_tensors(adam), namespace["inputs"],
-                                 namespace["labels"]])
+                                 *optimizer_state(adam), namespace["inputs"], namespace["labels"]])
     assert held["at_reset"] == expected  # no other optimizer's state, no leftover batch
-    assert "It agrees" in printed and "sgd" not in namespace and "batch_inputs" not in namespace
+    assert "It agrees" in printed
 
 
 @pytest.mark.gpu_branch("08", "allocator_peak_bytes: device.type != 'cuda'")
@@ -401,7 +406,7 @@ def test_checkpointing_keeps_less_and_gives_the_same_gradients():
         torch.testing.assert_close(p.grad, gradient)
 
 
-def test_remedy_step_with_4_parts_keeps_one_part_and_gives_the_batch_gradients(on_device):
+def test_remedy_step_with_4_parts_keeps_one_part_and_gives_the_batch_gradients():
     model = tiny_model()
     inputs, labels = tiny_batch(16)
     sgd = torch.optim.SGD(model.parameters(), lr=0.0)
@@ -415,7 +420,7 @@ def test_remedy_step_with_4_parts_keeps_one_part_and_gives_the_batch_gradients(o
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])  # float16: the T4's branch
-def test_autocast_shrinks_activations_only_and_16_bit_weights_halve_everything(dtype, on_device):
+def test_autocast_shrinks_activations_only_and_16_bit_weights_halve_everything(dtype):
     model = tiny_model()
     inputs, labels = tiny_batch(16)
     adam = torch.optim.Adam(model.parameters())
@@ -428,6 +433,15 @@ def test_autocast_shrinks_activations_only_and_16_bit_weights_halve_everything(d
     low = nb.remedy_step(low_model, low_adam, inputs.to(dtype), labels)
     assert low["weights"] * 2 == baseline["weights"] and low["gradients"] * 2 == baseline["gradients"]
     assert low["optimizer_state"] < baseline["optimizer_state"] * 0.55
+
+
+def test_remedy_step_asks_autocast_for_the_device_of_its_inputs(monkeypatch):
+    autocasts = record_autocast(monkeypatch)
+    model, (inputs, labels) = tiny_model(), tiny_batch(8)
+    nb.remedy_step(model, torch.optim.SGD(model.parameters(), lr=0.0), inputs, labels, parts=2)
+    nb.remedy_step(model, torch.optim.SGD(model.parameters(), lr=0.0), inputs, labels,
+                   dtype=torch.float16)
+    assert autocasts == [("cpu", None, False), ("cpu", None, False), ("cpu", torch.float16, True)]
 
 
 def test_accumulated_gradients_equal_one_batch_only_when_weighted_by_samples():
@@ -458,41 +472,6 @@ def test_forward_only_keeps_nothing_without_grad():
     assert nb.forward_only(model, inputs, torch.inference_mode)["activations"] == 0
 
 
-def remedy_names():
-    """The names the notebook gives its remedies, read from its cells, for both 16-bit formats."""
-    source = next(s for s in code_cells(read(notebook_path("08"))) if "remedies = {" in s)
-    tree = ast.parse(source)
-    keys = next(node.value.keys for node in tree.body
-                if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "remedies")
-    names = set()
-    for low_name in ("bfloat16", "float16"):
-        names |= {eval(compile(ast.Expression(key), "key", "eval"), {"low_name": low_name}) for key in keys}
-    return names - {"baseline"}
-
-
-def test_every_row_of_the_summary_has_advice():
-    names = remedy_names()
-    assert len(names) == 6  # 4 remedies, two 16-bit formats for two of them
-    remedy_table = pd.DataFrame({"saved_MB": [0.0, 1.0], "time_cost_%": [0.0, 3.0]},
-                                index=["baseline", "activation checkpointing"])
-    summary = nb.summary_table(remedy_table, {"processes": 2, "saved_MB": 8.0, "time_cost_%": 20.0})
-    assert list(summary.index) == ["activation checkpointing", "FSDP2, 2 processes"]
-    assert summary.loc["FSDP2, 2 processes", "saved_MB"] == 8.0
-    assert summary.loc["activation checkpointing", "time_cost_%"] == 3.0
-    for name in [*names, *summary.index]:
-        assert nb.when_to_use(name), f"no advice for {name!r}"
-    assert list(summary["when to reach for it"]) == [nb.when_to_use(name) for name in summary.index]
-    assert not nb.when_to_use("something else")
-    assert list(nb.summary_table(remedy_table, None).index) == ["activation checkpointing"]
-
-
-def test_fsdp_row_is_what_one_process_saves_by_sharding():
-    row = nb.fsdp_row([fsdp_result(0, 2e6, 4e6, step_ms=15.0), fsdp_result(1, 2e6, 4e6)],
-                      [fsdp_result(0, 4e6, 8e6)])
-    assert row == {"processes": 2, "saved_MB": 8.0, "time_cost_%": 50.0}
-    assert nb.fsdp_row([], [fsdp_result(0, 4e6, 8e6)]) is None and nb.fsdp_row([1], []) is None
-
-
 # 16-bit weights and autocast: what the cells read from their own measurements
 
 
@@ -506,19 +485,12 @@ def train_float16(eps, steps=2):
     return model
 
 
-def test_the_prose_gives_the_threshold_below_which_float16_rounds_to_0():
-    # 2**-25 (about 2.98e-8) and below round to 0; above it, up to the smallest float16 (2**-24, about
-    # 5.96e-8), values round up to that one. "Nothing below about 6e-8" read as if 4e-8 became 0.
+def test_float16_weights_need_an_eps_float16_can_hold():
+    # float16 rounds anything below about 3e-8 to 0 (2**-25; above it, values round up to the smallest
+    # float16, 2**-24): Adam's default eps=1e-8 becomes 0 in its float16 state, small squared gradients
+    # underflow, and the update divides by zero (torch/optim/adam.py)
     assert torch.tensor(2.9e-8, dtype=torch.float16).item() == 0.0
     assert torch.tensor(3.0e-8, dtype=torch.float16).item() == 2**-24
-    [text] = [cell.source for cell in read(notebook_path("08")).cells if cell.get("id") == "cell-28"]
-    [bullet] = [item for item in text.split("\n- ") if item.startswith("**16-bit weights**")]
-    assert "`float16` rounds anything below about 3e-8 to 0" in " ".join(bullet.split())
-
-
-def test_float16_weights_need_an_eps_float16_can_hold():
-    # float16 rounds anything below about 3e-8 to 0: Adam's default eps=1e-8 becomes 0 in its float16
-    # state, small squared gradients underflow, and the update divides by zero (torch/optim/adam.py)
     assert torch.tensor(1e-8, dtype=torch.float16).item() == 0.0
     assert torch.tensor(1e-4, dtype=torch.float16).item() > 0.0
     broken = nb.finite_verdict(train_float16(eps=1e-8), 2)
@@ -563,8 +535,8 @@ def test_layers_to_fill_reads_the_bytes_per_layer_of_the_count(memory, layers):
 
 
 def test_declared_budget_is_the_state_plus_a_share_of_the_activations():
-    assert nb.declared_budget(COUNTS, 4, 10) == 4_000 + 8_000 * 4 / 10
-    assert nb.declared_budget(COUNTS, 1, 1) == sum(COUNTS.values())
+    assert nb.declared_budget(COUNTS, 10) == 4_000 + 8_000 / 10
+    assert nb.declared_budget(COUNTS, 1) == sum(COUNTS.values())
 
 
 @pytest.mark.parametrize("device_type", ["cpu", "mps"])
@@ -632,14 +604,6 @@ def test_combination_verdict_names_the_remedies_up_to_the_first_that_fit():
         "The training step fits the declared budget (nothing real was raised) with: checkpointing."
     none_fit = {"baseline (float32)": attempt(False), "+ checkpointing": attempt(False)}
     assert nb.fitted_with(none_fit) is None and nb.combination_verdict(none_fit).startswith("No try fit")
-
-
-def test_fit_table_has_one_row_per_try_in_mb():
-    table = nb.fit_table({"baseline (float32)": {"fit": False, "counted": None, "peak": 3e9, "error": "x"},
-                          "+ checkpointing": {"fit": True, "counted": 1e9, "peak": 1.2e9, "error": None}}, 2.5e9)
-    assert list(table.index) == ["baseline (float32)", "+ checkpointing"]
-    assert table.loc["+ checkpointing", "peak_MB"] == 1200.0 and table.loc["baseline (float32)", "limit_MB"] == 2500.0
-    assert pd.isna(table.loc["baseline (float32)", "counted_MB"]) and not table.loc["baseline (float32)", "fit"]
 
 
 @pytest.mark.gpu_branch("08", "release_memory: device.type == 'cuda'")
@@ -720,32 +684,35 @@ def step_2_namespace(device, **more):
              "OVERSIZE": 10, "DEEP_BATCH": 256}
     return {**vars(nb), **sizes, "device": device, "adam_counts": counts,
             "make_model": lambda *args: StaysOnTheCpu(*nb.make_model(*args)),
-            "batch_on": lambda device, batch, seed: nb.make_batch(batch, seed, 8, 16), **more}
+            "make_batch": lambda batch, seed, sequence, features, device: nb.make_batch(
+                batch, seed, sequence, features), **more}
 
 
-@pytest.mark.gpu_branch("08", "cell cell-17d: device.type == 'cuda'")
+@pytest.mark.gpu_branch("08", "cell step-2-size: device.type == 'cuda'")
+@pytest.mark.gpu_branch("08", "cell step-3-tries: device.type == 'cuda'")
 @pytest.mark.gpu_branch("08", "limit_text: device_type == 'cuda'")
 @pytest.mark.gpu_branch("08", "try_to_train: device.type != 'cuda'")
 def test_step_2_on_a_cuda_gpu_runs_out_of_memory_for_real_then_remedies_until_one_trains(monkeypatch):
     cuda = torch.device("cuda", 0)
-    namespace = step_2_namespace(cuda, low=torch.float16, low_name="float16")
+    namespace = step_2_namespace(cuda)
     per_layer = (namespace["adam_counts"]["weights"]
                  + namespace["adam_counts"]["activations"] * 256 / 8) / 2
     gpu = SmallGpu(free=int(0.3 * per_layer), total=15 * 2**30)  # 10 times that: 3 layers
     for name in ("mem_get_info", "empty_cache", "reset_peak_memory_stats", "max_memory_allocated",
                  "synchronize"):
         monkeypatch.setattr(torch.cuda, name, getattr(gpu, name))
-    monkeypatch.setitem(nb.remedy_step.__globals__, "device", cuda)
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: asked.append(device) or (7, 5))
     autocasts = record_autocast(monkeypatch)
     namespace.update(memory_of_step=gpu.runs(nb.memory_of_step), remedy_step=gpu.runs(nb.remedy_step))
 
-    sizing = run_cell("08", "cell-17d", namespace)
+    sizing = run_cell("08", "step-2-size", namespace)
     assert gpu.calls[:2] == ["empty_cache", "mem_get_info(cuda:0)"]  # the cache counts as free first
     assert namespace["deep_depth"] == 3 and namespace["deep_batch"] == 256 and namespace["limit"] == gpu.free
     assert sizing.startswith(f"{gpu.free / 1e9:.1f} GB free: Step 2's model has 3 layers")
 
     gpu.calls.clear()
-    first = run_cell("08", "cell-17e", namespace).splitlines()
+    first = run_cell("08", "step-2-baseline", namespace).splitlines()
     assert first[0].startswith("baseline (float32): torch.OutOfMemoryError with ")
     assert first[1].startswith("CUDA out of memory. Tried to allocate ")  # the message, shown whole
     assert gpu.calls == ["reset_peak_memory_stats(cuda:0)", "OutOfMemoryError", "max_memory_allocated(cuda:0)",
@@ -753,8 +720,9 @@ def test_step_2_on_a_cuda_gpu_runs_out_of_memory_for_real_then_remedies_until_on
 
     gpu.calls.clear()
     deep_tensors = weak_tensors(namespace["deep_model"])
-    printed = run_cell("08", "cell-28c", namespace).splitlines()
+    printed = run_cell("08", "step-3-tries", namespace).splitlines()
     attempts = namespace["attempts"]
+    assert asked == [cuda] and namespace["low"] == torch.float16  # a T4's compute capability: 7.5
     assert list(attempts) == ["baseline (float32)", "+ autocast (float16)", "+ 4 micro-batches",
                               "+ checkpointing"]
     assert [result["fit"] for result in attempts.values()] == [False, False, False, True]
@@ -769,33 +737,33 @@ def test_step_2_on_a_cuda_gpu_runs_out_of_memory_for_real_then_remedies_until_on
     # every try: peak reset before it; after each, garbage freed and the cache handed back
     assert gpu.calls.count("reset_peak_memory_stats(cuda:0)") == 3
     assert gpu.calls.count("empty_cache") == 3 + 1  # after each try, and release_memory at the end
-    assert {call for call in autocasts if call[2]} == {("cuda", torch.float16, True)}
+    assert {call[1:] for call in autocasts if call[2]} == {(torch.float16, True)}  # the T4's format
     assert len([call for call in autocasts if call[2]]) == 1 + 4 + 4  # 4 micro-batches in the last two
     # Step 2's model is freed: no variable left by the cell (a loop variable, say) still holds its
     # weights or gradients, which on a GPU would stay allocated for the rest of the notebook
     assert "deep_model" not in namespace and "deep_adam" not in namespace
     gc.collect()
     assert not [tensor for tensor in deep_tensors if tensor() is not None]
-    assert namespace["fit_table"](attempts, namespace["limit"]).shape == (4, 4)
 
 
-def test_step_2_without_cuda_tells_the_same_story_against_a_declared_budget(monkeypatch, on_device):
+def test_step_2_without_cuda_tells_the_same_story_against_a_declared_budget(monkeypatch):
     def no_cuda(*args, **kwargs):
         raise AssertionError("no CUDA call without CUDA")
 
     for name in ("mem_get_info", "empty_cache", "reset_peak_memory_stats", "max_memory_allocated"):
         monkeypatch.setattr(torch.cuda, name, no_cuda)
-    namespace = step_2_namespace(torch.device("cpu"), low=torch.bfloat16, low_name="bfloat16")
-    sizing = run_cell("08", "cell-17d", namespace)
+    namespace = step_2_namespace(torch.device("cpu"))
+    sizing = run_cell("08", "step-2-size", namespace)
     counts = namespace["adam_counts"]
-    assert namespace["limit"] == nb.declared_budget(counts, 1, 10) and namespace["deep_depth"] == 2
+    assert namespace["limit"] == nb.declared_budget(counts, 10) and namespace["deep_depth"] == 2
     assert namespace["deep_batch"] == 8  # Step 1's batch: on a CPU each try costs little
     assert sizing.startswith("No CUDA GPU, so no real out-of-memory error: a declared budget of ")
-    first = run_cell("08", "cell-17e", namespace).splitlines()
+    first = run_cell("08", "step-2-baseline", namespace).splitlines()
     assert first == [f"baseline (float32): {namespace['attempts']['baseline (float32)']['counted'] / 1e6:.1f} MB, "
                      f"over the {namespace['limit'] / 1e6:.1f} MB budget.", ""]
-    printed = run_cell("08", "cell-28c", namespace).splitlines()
+    printed = run_cell("08", "step-3-tries", namespace).splitlines()
     attempts = namespace["attempts"]
+    assert namespace["low"] == torch.bfloat16
     assert all(result["peak"] is None and result["error"] is None for result in attempts.values())
     counted = [result["counted"] for result in attempts.values()]
     assert counted == sorted(counted, reverse=True)  # each remedy keeps less than the one before
@@ -803,14 +771,14 @@ def test_step_2_without_cuda_tells_the_same_story_against_a_declared_budget(monk
     assert printed[-1].startswith("The training step fits the declared budget (nothing real was raised)")
 
 
-def test_the_tries_stop_at_the_first_that_fits(on_device):
+def test_the_tries_stop_at_the_first_that_fits():
     # With a budget just below the baseline's count, the first remedy (autocast) already fits: the cell
     # stops there and tries nothing more.
-    namespace = step_2_namespace(torch.device("cpu"), low=torch.bfloat16, low_name="bfloat16")
-    run_cell("08", "cell-17d", namespace)
-    run_cell("08", "cell-17e", namespace)
+    namespace = step_2_namespace(torch.device("cpu"))
+    run_cell("08", "step-2-size", namespace)
+    run_cell("08", "step-2-baseline", namespace)
     namespace["limit"] = namespace["attempts"]["baseline (float32)"]["counted"] - 1
-    printed = run_cell("08", "cell-28c", namespace).splitlines()
+    printed = run_cell("08", "step-3-tries", namespace).splitlines()
     assert list(namespace["attempts"]) == ["baseline (float32)", "+ autocast (bfloat16)"]
     assert printed[-1] == ("The training step fits the declared budget (nothing real was raised) with: "
                            "autocast (bfloat16).")
@@ -864,24 +832,6 @@ def test_shards_verdict_wants_shards_that_add_up_and_are_about_even():
 def test_losses_verdict_at_its_tolerance(sharded, agree):
     assert nb.losses_verdict([4.0, 4.0], sharded, rtol=0.25)[0] == agree
     assert not nb.losses_verdict([], [], rtol=0.25)[0]
-
-
-def test_the_opening_and_the_title_table_name_kaggles_two_t4s_for_step_4_and_how_to_choose_them():
-    # On Colab's single T4 Step 4 runs as CPU processes; Kaggle's "GPU T4 x2" is where it runs on GPUs.
-    title = read(notebook_path("08")).cells[0].source
-    opening = " ".join(title.split())
-    assert ("**Two real GPUs:** on Kaggle, choose `Settings > Accelerator > GPU T4 x2` and Step 4 runs a "
-            "process on each T4; elsewhere 2 CPU processes stand in.") in opening
-    [row] = [line for line in title.splitlines() if line.startswith("| Needs a GPU")]
-    assert 'Kaggle\'s "GPU T4 x2" runs Step 4 on two real GPUs' in row
-    assert nb.launch_plan(2, 4)["backend"] == "nccl" and nb.launch_plan(1, 4)["backend"] == "gloo"
-
-
-def test_the_zero_stages_in_going_deeper_add_up_for_8_processes():
-    n = 8
-    per_stage = [4 + 4 + 8, 4 + 4 + 8 / n, 4 + (4 + 8) / n, 16 / n]  # the table's formulas
-    text = next(cell.source for cell in read(notebook_path("08")).cells if "### D · ZeRO" in cell.source)
-    assert f"with N = 8: {per_stage[0]:g}, {per_stage[1]:g}, {per_stage[2]:g} and {per_stage[3]:g}" in text
 
 
 # The FSDP2 script
@@ -1054,88 +1004,43 @@ def test_fsdp2_on_two_cpu_processes_holds_half_and_matches_one_process(tmp_path)
     assert sharded[0]["losses"] == sharded[1]["losses"]  # every process reports the mean of all
 
 
-# Every branch a GPU, Mac or AMD machine takes in notebook 08, and the test that executes it.
-GPU_BRANCHES = {
-    "allocator_peak_bytes on CUDA: reset_peak_memory_stats, run, max_memory_allocated":
-        "test_allocator_peak_resets_runs_and_reads_the_peak_on_cuda_only",
-    "the peak cell on CUDA, after earlier cells freed what the count does not see":
-        "test_when_the_peak_is_measured_only_what_the_count_sees_is_on_the_device",
-    "Step 2 on CUDA: mem_get_info, a torch.OutOfMemoryError caught, empty_cache, remedies until one fits":
-        "test_step_2_on_a_cuda_gpu_runs_out_of_memory_for_real_then_remedies_until_one_trains",
-    "autocast_verdict on a GPU: too little work per kernel": "test_autocast_verdict_reads_the_measurement",
-    "figures_fallback on CUDA (nothing, or FSDP2 over gloo on one GPU)": "test_figures_fallback_names_each_stand_in",
-    "peak_verdict with the allocator's peak (CUDA), and without it on MPS":
-        "test_peak_verdict_at_its_edges",
-    "record_snapshot on CUDA: _record_memory_history, _dump_snapshot, stop recording":
-        "test_record_snapshot_records_dumps_and_stops_recording",
-    "record_snapshot stops recording when the recorded steps fail (CUDA out of memory)":
-        "test_record_snapshot_stops_recording_when_the_run_fails",
-    "low_precision_dtype: float16 below capability 8.0 (T4, V100), bfloat16 from 8.0 (CUDA, ROCm)":
-        "test_low_precision_dtype_is_float16_only_before_capability_8",
-    "autocast and 16-bit weights in float16 (the T4's format), run on the CPU":
-        "test_autocast_shrinks_activations_only_and_16_bit_weights_halve_everything",
-    "16-bit weights in float16 with Adam's default eps and with eps=1e-4, run on the CPU":
-        "test_float16_weights_need_an_eps_float16_can_hold",
-    "launch_plan: NCCL on 2 GPUs, gloo with --cpu on 1 GPU, gloo on MPS":
-        "test_launch_plan_shards_over_gpus_only_when_there_are_two",
-    "fsdp_gate over NCCL": "test_fsdp_gate_at_the_first_release_that_runs_fsdp2_over_gloo",
-    "the script's start_process_group: NCCL, set_device(cuda:LOCAL_RANK)":
-        "test_start_process_group_picks_nccl_and_the_local_gpu_only_with_cuda",
-    "the script's leave_process_group on NCCL: Python's own shutdown":
-        "test_leave_process_group_exits_at_once_on_gloo_only",
-}
-
-
-def test_every_gpu_branch_has_a_test_that_exists():
-    assert all(callable(globals().get(name)) for name in GPU_BRANCHES.values())
-
-
 # --- The side a Windows machine and a GPU machine take, run with stand-ins ---------------------------
 
-@pytest.mark.gpu_branch("08", "cell cell-26: device.type == 'cuda'")
-@pytest.mark.parametrize("device_type, capability, low", [
-    ("cuda", (7, 5), torch.float16),  # a T4: no bfloat16 before compute capability 8.0
-    ("cuda", (8, 0), torch.bfloat16),  # an A100
-    ("mps", None, torch.bfloat16),  # a Mac: no CUDA capability to ask for
-    ("cpu", None, torch.bfloat16),
+@pytest.mark.parametrize("device_type, low", [
+    ("cuda", torch.float16),  # a T4: no bfloat16 before compute capability 8.0 (Step 3 chose it)
+    ("cuda", torch.bfloat16),  # an A100
+    ("mps", torch.bfloat16),
+    ("cpu", torch.bfloat16),
 ])
-def test_step_3_tries_the_16_bit_format_of_the_gpu_and_synchronizes_it_around_each_timed_step(
-        monkeypatch, device_type, capability, low):
-    # torch.cuda.get_device_capability(device) -> (major, minor); torch.cuda.synchronize(device) and
-    # torch.mps.synchronize() -> None. The steps themselves run on the CPU: the cell only decides with
-    # `device`, it moves nothing.
-    asked, synchronized = [], []
-
-    def get_device_capability(device=None):
-        asked.append(device)
-        return capability
-
-    monkeypatch.setattr(torch.cuda, "get_device_capability", get_device_capability)
+def test_going_deeper_b_times_each_remedy_in_the_16_bit_format_step_3_chose_synchronizing_each(
+        monkeypatch, device_type, low):
+    # torch.cuda.synchronize(device) and torch.mps.synchronize() -> None. The training steps run on the
+    # CPU: the cell only times with `device`, it moves nothing.
+    synchronized = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synchronized.append(device))
     monkeypatch.setattr(torch.mps, "synchronize", lambda: synchronized.append(torch.device("mps")))
     autocasts = record_autocast(monkeypatch)
     model, (inputs, labels) = tiny_model(), tiny_batch()
     device = torch.device(device_type)
-    monkeypatch.setitem(nb.remedy_step.__globals__, "device", device)
+    name = str(low).removeprefix("torch.")
     namespace = {**vars(nb), "device": device, "model": model, "inputs": inputs, "labels": labels,
-                 "adam": torch.optim.Adam(model.parameters(), lr=1e-3), "REPEATS": 1,
-                 "checkpointed_model": nb.with_checkpointing(model)}
-    printed = run_cell("08", "cell-26", namespace)
-    name = str(low).replace("torch.", "")
-    assert asked == ([device] if device_type == "cuda" else [])
+                 "adam": torch.optim.Adam(model.parameters(), lr=1e-3), "FAST": True, "low": low,
+                 "low_name": name}
+    printed = run_cell("08", "remedies-alone-run", namespace)
+    repeats = namespace["REPEATS"]
     assert list(namespace["remedy_table"].index) == [
         "baseline", "activation checkpointing", "gradient accumulation, 4 parts", f"autocast ({name})",
         f"16-bit weights ({name})"]
     assert {p.dtype for p in namespace["low_model"].parameters()} == {low}
     assert 2 * nb.storage_bytes(namespace["low_model"].parameters()) == nb.storage_bytes(model.parameters())
     assert namespace["low_adam"].defaults["eps"] == 1e-4  # float16 holds it; 1e-8 rounds to 0
-    assert synchronized == ([device] * 2 * 5 if device_type != "cpu" else [])  # before and after each
-    # autocast to the device's 16-bit format, on the device's type, in the autocast row only
-    assert {call for call in autocasts if call[2]} == {(device_type, low, True)}
-    assert sum(call[2] for call in autocasts) == 2  # counted once, timed once (REPEATS = 1)
+    assert synchronized == ([device] * 2 * 5 * repeats if device_type != "cpu" else [])  # around each
+    # autocast to the chosen 16-bit format, in the autocast row only: counted once, timed `repeats` times
+    assert {call[1:] for call in autocasts if call[2]} == {(low, True)}
+    assert sum(call[2] for call in autocasts) == 1 + repeats
     lines = printed.splitlines()
     assert [line.split(":")[0] for line in lines[:4]] == list(namespace["remedy_table"].index[1:])
-    assert lines[4] == "16-bit weights: every weight is still finite after 2 optimizer steps."
+    assert lines[4] == f"16-bit weights: every weight is still finite after {1 + repeats} optimizer steps."
     # the verdict reads autocast's own row of this run's table, not another row's time
     autocast_cost = namespace["remedy_table"].loc[f"autocast ({name})", "time_cost_%"]
     assert lines[5] == nb.autocast_verdict(autocast_cost, device_type)
@@ -1177,7 +1082,7 @@ def stand_in_launches(outputs):
     return run_launchers, launched
 
 
-@pytest.mark.gpu_branch("08", "cell cell-46: plan['backend'] == 'gloo'")
+@pytest.mark.gpu_branch("08", "cell fsdp-runs: plan['backend'] == 'gloo'")
 @pytest.mark.parametrize("gpu_count, one_process_threads", [(2, "1"), (1, "8"), (0, "8")])
 def test_step_4_gives_the_one_process_reference_one_thread_beside_a_gpu_and_every_core_on_gloo(
         tmp_path, gpu_count, one_process_threads):
@@ -1185,10 +1090,10 @@ def test_step_4_gives_the_one_process_reference_one_thread_beside_a_gpu_and_ever
     run_launchers, launched = stand_in_launches([[], []])
     ports = iter([29511, 29512])
     namespace = {**vars(nb), "plan": plan, "can_shard": True, "BATCH": 16, "WIDTH": 64, "DEPTH": 2,
-                 "SEQUENCE": 32, "FSDP_STEPS": 3, "CPU_CORES": 8, "TIME_LIMIT_S": 240,
+                 "SEQUENCE": 32, "FAST": True, "CPU_CORES": 8, "TIME_LIMIT_S": 240,
                  "script_path": tmp_path / "08_train_fsdp.py", "DATA_DIR": tmp_path,
                  "run_launchers": run_launchers, "free_port": lambda: next(ports)}
-    printed = run_cell("08", "cell-46", namespace)
+    printed = run_cell("08", "fsdp-runs", namespace)
     reference, sharded = launched
     [one], [many] = reference["commands"], sharded["commands"]
     assert reference["threads"] == one_process_threads and sharded["threads"] == str(plan["threads"])
@@ -1196,65 +1101,145 @@ def test_step_4_gives_the_one_process_reference_one_thread_beside_a_gpu_and_ever
     assert f"--nproc-per-node={plan['nproc']}" in many and "--no-fsdp" not in many
     assert all(("--cpu" in command) is (gpu_count == 1) for command in (one, many))
     assert "--rdzv-endpoint=127.0.0.1:29511" in one and printed.count("$ ") == 2
+    assert all("--steps 3" in shlex.join(command) for command in (one, many))  # FSDP_STEPS in fast mode
     assert list(namespace["runs"]) == ["one process", f"FSDP2, {plan['nproc']} processes"]
     namespace = {**namespace, "can_shard": False, "run_launchers": None}
-    run_cell("08", "cell-46", namespace)
+    run_cell("08", "fsdp-runs", namespace)
     assert namespace["runs"] == {}  # the gate said no: nothing is launched
 
 
 @pytest.mark.parametrize("runs, alive, free, verdict", [
-    ({}, set(), {1}, "Step 4 started no torchrun, so nothing can be left over."),
-    ({"FSDP2": {"port": 1}}, set(), {1}, "No process or port of Step 4's torchrun runs is left over."),
-    ({"FSDP2": {"port": 1}}, {42}, {1}, "Left over from Step 4's torchrun runs"),
-    ({"FSDP2": {"port": 1}}, set(), set(), "Left over from Step 4's torchrun runs"),
-    ({"one": {"port": 1}, "two": {"port": 2}}, set(), {2}, "Left over from Step 4's torchrun runs"),  # one port taken
+    ({}, set(), {1}, "Part C started no torchrun, so nothing can be left over."),
+    ({"FSDP2": {"port": 1}}, set(), {1}, "No process or port of part C's torchrun runs is left over."),
+    ({"FSDP2": {"port": 1}}, {42}, {1}, "Left over from part C's torchrun runs"),
+    ({"FSDP2": {"port": 1}}, set(), set(), "Left over from part C's torchrun runs"),
+    ({"one": {"port": 1}, "two": {"port": 2}}, set(), {2}, "Left over from part C's torchrun runs"),  # one port taken
     ({"one": {"port": 1}, "two": {"port": 2}}, set(), {1, 2}, "No process or port")])
 def test_the_leftover_check_of_08_prints_its_verdict_for_processes_and_ports(runs, alive, free, verdict):
     runs = {name: {**run, "seconds": 1.0, "returncodes": [0], "started": [42]} for name, run in runs.items()}
     namespace = {**vars(nb), "pd": pd, "runs": runs, "is_alive": lambda pid: pid in alive,
                  "port_is_free": lambda port: port in free}
-    assert run_cell("08", "cell-48", namespace).startswith(verdict)
+    assert run_cell("08", "fsdp-leftovers", namespace).startswith(verdict)
 
 
-@pytest.mark.gpu_branch("08", "figures_fallback: device_type != 'cuda'")
-@pytest.mark.gpu_branch("08", "figures_fallback: backend == 'gloo'")
-@pytest.mark.parametrize("device_type, backend, fallback", [
-    ("cuda", "nccl", None), ("cuda", "gloo", "FSDP2 on CPU processes over gloo"),
-    ("cpu", "gloo", "declared memory budget; FSDP2 on CPU processes over gloo"),
-    ("mps", "nccl", "declared memory budget")])
-def test_figures_fallback_names_each_stand_in(device_type, backend, fallback):
-    assert nb.figures_fallback(device_type, backend) == fallback
+@pytest.mark.gpu_branch("08", "figures_fallback: device_type == 'cuda'")
+@pytest.mark.parametrize("device_type, fallback", [
+    ("cuda", None), ("cpu", "declared memory budget"), ("mps", "declared memory budget")])
+def test_figures_fallback_names_the_stand_in(device_type, fallback):
+    assert nb.figures_fallback(device_type) == fallback
 
 
-@pytest.mark.parametrize("device_type, backend, peak", [("cpu", "gloo", None), ("cuda", "nccl", 93e6)])
-def test_step_5_reports_the_figures_it_measured_once(device_type, backend, peak):
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+def test_the_core_reports_the_figures_it_measured_once(device_type):
     reported = []
-    remedy_table = pd.DataFrame({"saved_MB": [0.0, 1.5], "time_cost_%": [0.0, 30.0]},
-                                index=["baseline", "activation checkpointing"])
     attempts = {"baseline (float32)": {"fit": False, "counted": None, "peak": 2e9, "error": "CUDA out"},
                 "+ checkpointing": {"fit": True, "counted": 1.2e9, "peak": 1.3e9, "error": None}}
-    namespace = {**vars(nb), "device": torch.device(device_type), "plan": {"backend": backend},
-                 "sharded": [fsdp_result(0, 2e6, 4e6, step_ms=12.0), fsdp_result(1, 2e6, 4e6)],
-                 "reference": [fsdp_result(0, 4e6, 8e6)], "remedy_table": remedy_table,
+    namespace = {**vars(nb), "device": torch.device(device_type),
                  "adam_counts": {"weights": 4e6, "gradients": 4e6, "optimizer_state": 8e6, "activations": 2e7},
-                 "peak": peak, "attempts": attempts, "limit": 2.1e9, "deep_depth": 40,
+                 "attempts": attempts, "limit": 2.1e9, "deep_depth": 40,
                  "report_figures": lambda fallback=None, **figures: reported.append((fallback, figures))}
-    run_cell("08", "cell-53", namespace)
+    assert run_cell("08", "figures", namespace) == ""  # it shows nothing a learner reads
     [(fallback, figures)] = reported
-    assert fallback == nb.figures_fallback(device_type, backend)
+    assert fallback == nb.figures_fallback(device_type)
     assert figures == {"weights_MB": 4.0, "gradients_MB": 4.0, "optimizer_state_MB": 8.0, "activations_MB": 20.0,
-                       "allocator_peak_MB": None if peak is None else 93.0, "step2_layers": 40,
-                       "step2_limit_MB": 2100.0, "step2_out_of_memory": ["baseline (float32)"],
-                       "step2_fit_with": "+ checkpointing", "step2_fit_peak_MB": 1300.0,
-                       "fsdp_saved_MB": 8.0}
-    assert list(namespace["summary"].index) == ["activation checkpointing", "FSDP2, 2 processes"]
+                       "step2_layers": 40, "step2_limit_MB": 2100.0, "step2_out_of_memory": ["baseline (float32)"],
+                       "step2_fit_with": "+ checkpointing", "step2_fit_peak_MB": 1300.0}
 
 
-def test_key_figures_when_no_try_fit_and_without_fsdp():
+def test_key_figures_when_no_try_fit():
     counts = {"weights": 1e6, "gradients": 1e6, "optimizer_state": 2e6, "activations": 5e5}
     attempts = {"baseline (float32)": attempt(False), "+ checkpointing": attempt(False)}
-    figures = nb.key_figures(counts, None, attempts, 3e6, 4, None)
+    figures = nb.key_figures(counts, attempts, 3e6, 4)
     assert figures["step2_fit_with"] is None and figures["step2_fit_peak_MB"] is None
     assert figures["step2_out_of_memory"] == ["baseline (float32)", "+ checkpointing"]
-    assert figures["fsdp_saved_MB"] is None and figures["allocator_peak_MB"] is None
     assert figures["activations_MB"] == 0.5 and figures["step2_limit_MB"] == 3.0
+    declared = {"baseline (float32)": attempt(False, real=False), "+ checkpointing": attempt(True, real=False)}
+    assert nb.key_figures(counts, declared, 3e6, 4)["step2_fit_peak_MB"] is None  # no allocator peak
+
+
+# --- The exercises: each check against a likely wrong answer, and the notebook's own answer ----------
+
+def exercise(name, **more):
+    """The namespace of exercise `name`'s check and answer cells, run on the CPU with `more` beside
+    the notebook's helpers."""
+    namespace = {**vars(nb), "device": torch.device("cpu"), **more}
+    run_cell("08", f"exercise-{name}-check", namespace)
+    run_cell("08", f"exercise-{name}-answer", namespace)
+    return namespace
+
+
+@pytest.mark.exercise("08", "predicted-bytes")
+def test_exercise_1_tells_a_prediction_of_4_bytes_a_number_where_bfloat16_takes_2():
+    namespace = exercise("predicted-bytes")
+    check = namespace["check_predicted_bytes"]
+    assert check(namespace["predicted_bytes_answer"]).startswith("PASSED: your predictions match")
+
+    def four_bytes_each(model, optimizer_name):  # right for float32 only
+        numbers = sum(p.numel() for p in model.parameters())
+        return 4 * numbers * (2 + {"SGD": 0, "SGD with momentum": 1, "Adam": 2}[optimizer_name])
+
+    told = check(four_bytes_each)
+    assert told.startswith("NOT YET RIGHT: Adam with bfloat16 weights: you predicted ") and "(+100 %)" in told
+    assert "p.element_size()" in told
+    assert check(lambda model, optimizer_name: ...).startswith("NOT DONE YET")
+    assert check(lambda model, name: {}[name]).startswith("NOT YET RIGHT: predicted_bytes(model, 'SGD') "
+                                                         "raised KeyError")
+
+
+def catches_nothing(train_step, batch_sizes):
+    for batch in sorted(batch_sizes, reverse=True):
+        train_step(batch)
+        return batch
+    return None
+
+
+def smallest_first(train_step, batch_sizes):
+    for batch in sorted(batch_sizes):
+        try:
+            train_step(batch)
+            return batch
+        except torch.OutOfMemoryError:
+            pass
+    return None
+
+
+@pytest.mark.exercise("08", "largest-batch")
+def test_exercise_2_tells_an_error_that_escapes_and_a_batch_that_is_not_the_largest():
+    namespace = exercise("largest-batch", FEATURES=16, CLASSES=2)
+    check = namespace["check_largest_batch"]
+    assert check(namespace["largest_batch_answer"]) == \
+        "PASSED: 8 of [2, 4, 8, 16, 32, 64], and None when no size fits."
+    assert check(catches_nothing).startswith(
+        "NOT YET RIGHT: torch.OutOfMemoryError escaped from train_step(64): catch it")
+    assert check(smallest_first) == ("NOT YET RIGHT: with sizes [2, 4, 8, 16, 32, 64] it returned 2, "
+                                     "but the largest that trains is 8 (it tried [2]).")
+    assert check(lambda train_step, batch_sizes: ...).startswith("NOT DONE YET")
+    assert check(lambda train_step, batch_sizes: train_step("8")) == \
+        "NOT YET RIGHT: largest_batch raised KeyError: '8'"
+
+
+def test_exercise_2s_made_up_gpu_raises_pytorchs_error_above_its_budget_only():
+    namespace = {**vars(nb), "device": torch.device("cpu")}
+    run_cell("08", "exercise-largest-batch-check", namespace)
+    train_step = namespace["out_of_memory_step"]({4: 10, 8: 11}, 10)
+    assert train_step(4) == 10
+    with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate 0.0 MB"):
+        train_step(8)
+    assert train_step.calls == [4, 8]
+
+
+@pytest.mark.exercise("08", "every-second-layer")
+def test_exercise_3_tells_checkpointing_every_layer_and_a_copy_of_the_weights():
+    torch.manual_seed(0)
+    model = nb.make_model(16, 16, 3, 2)
+    namespace = exercise("every-second-layer", model=model, BATCH=8, SEQUENCE=8, FEATURES=16)
+    check = namespace["check_every_second_layer"]
+    passed = check(namespace["checkpoint_every_second_answer"])
+    assert passed.startswith("PASSED: 2 of 3 layers checkpointed") and "with the same gradients" in passed
+    assert check(nb.with_checkpointing) == ("NOT YET RIGHT: 3 of 3 transformer layers are checkpointed "
+                                            "([True, True, True]); wanted [True, False, True]: the first, "
+                                            "the third, ...")
+    copied = check(lambda model: namespace["checkpoint_every_second_answer"](copy.deepcopy(model)))
+    assert copied.startswith("NOT YET RIGHT: the new model has weights of its own")
+    assert check(lambda model: ...).startswith("NOT DONE YET")
+    assert check(lambda model: list(model)).startswith("NOT YET RIGHT: it returned a list; return an")

@@ -261,7 +261,7 @@ def test_unresolved_links_names_files_beside_and_missing_anchors():
 # Everything else that can fail on a machine the tests never see prints a verdict and its reason, and
 # the tests assert it (tests/verdicts.py checks the printed verdicts in the runs the suite makes).
 ALLOWED_ASSERTS = {
-    ("08", "cell-30"): "issue 19 asks the notebook to assert that accumulation gives one batch's "
+    ("08", "accumulation-check"): "issue 19 asks the notebook to assert that accumulation gives one batch's "
                        "gradients; float32 holds it to 1e-4 of the largest gradient on any device",
 }
 

@@ -286,25 +286,31 @@ VERDICTS = {
         Verdict(r"^WithBuffer: +nothing left behind$", "always", "and nothing in the fixed model"),
     ],
     # --- 08: fit a bigger model ----------------------------------------------------------------------------
-    ("08", "cell-12"): [
-        Verdict(r"^SGD with momentum: \d+\.\d+ bytes per weight: the rule of about 12 holds\.$", "always",
-                "the counted bytes match the rule of thumb (a verdict printed, not asserted)"),
-        Verdict(r"^Adam: \d+\.\d+ bytes per weight: the rule of about 16 holds\.$", "always",
-                "the same for Adam's two moments"),
+    ("08", "count-run"): [
+        Verdict(r"^[\d,]+ weights\. Adam: \d+\.\d+ bytes per weight: the rule of about 16 holds\.$", "always",
+                "the counted bytes of weights, gradients and Adam's state match the rule of thumb (a verdict "
+                "printed, not asserted)"),
     ],
-    ("08", "cell-17"): [
-        Verdict(r"^No CUDA GPU \(cpu\): the counted \d+\.\d+ MB stand\.", "cpu",
-                "without CUDA the allocator's peak is announced as missing, not made up"),
-    ],
-    ("08", "cell-17d"): [
+    ("08", "step-2-size"): [
         Verdict(r"^No CUDA GPU, so no real out-of-memory error: a declared budget of \d+\.\d+ MB stands in",
                 "cpu", "without CUDA, Step 2 says plainly that its budget is declared and nothing real is raised"),
     ],
-    ("08", "cell-17e"): [
+    ("08", "step-2-baseline"): [
         Verdict(r"^baseline \(float32\): \d+\.\d+ MB, over the \d+\.\d+ MB budget\.$", "cpu",
                 "Step 2's baseline needs more than the declared budget: the problem the remedies then solve"),
     ],
-    ("08", "cell-26"): [
+    ("08", "step-3-tries"): [
+        Verdict(r"^\+ checkpointing: \d+\.\d+ MB, within the \d+\.\d+ MB budget\.$", "cpu",
+                "the remedies together fit the declared budget (each try before it is over it)"),
+        Verdict(r"^The training step fits the declared budget \(nothing real was raised\) with: autocast "
+                r"\(bfloat16\), 4 micro-batches, checkpointing\.$", "cpu",
+                "the combination that fits is named, and the CPU run says no real error was raised"),
+    ],
+    ("08", "allocator-peak"): [
+        Verdict(r"^No CUDA GPU \(cpu\): the counted \d+\.\d+ MB stand\.", "cpu",
+                "without CUDA the allocator's peak is announced as missing, not made up"),
+    ],
+    ("08", "remedies-alone-run"): [
         Verdict(r"^activation checkpointing: saves \d+\.\d+ MB, ", "always",
                 "checkpointing keeps fewer activations ('saves nothing' would mean it did not "
                 "work); its time cost depends on the machine and is not checked"),
@@ -314,19 +320,12 @@ VERDICTS = {
                 "Adam's eps=1e-4 keeps 16-bit weights finite (with eps=1e-8 float16 weights turn inf/NaN; "
                 "printed, not raised)"),
     ],
-    ("08", "cell-28c"): [
-        Verdict(r"^\+ checkpointing: \d+\.\d+ MB, within the \d+\.\d+ MB budget\.$", "cpu",
-                "the remedies together fit the declared budget (each try before it is over it)"),
-        Verdict(r"^The training step fits the declared budget \(nothing real was raised\) with: autocast "
-                r"\(bfloat16\), 4 micro-batches, checkpointing\.$", "cpu",
-                "the combination that fits is named, and the CPU run says no real error was raised"),
-    ],
-    ("08", "cell-41"): [
+    ("08", "fsdp-plan"): [
         Verdict(r"^PyTorch \S+ runs FSDP2 over (gloo|nccl)\.$", "always",
-                "the FSDP gate lets Step 4 run: requirements.txt installs a PyTorch that runs FSDP2 "
-                "over gloo (2.7 or newer), so a skipped Step 4 would leave it untested"),
+                "the FSDP gate lets Going deeper C run: requirements.txt installs a PyTorch that runs FSDP2 "
+                "over gloo (2.7 or newer), so a skipped part C would leave it untested"),
     ],
-    ("08", "cell-47"): [
+    ("08", "fsdp-results"): [
         Verdict(r"^\d+ processes: the weight shards add up to the whole model: True; each process "
                 r"holds about 1/\d+ of the weights and of Adam's state: True\.$", "always",
                 "FSDP2 sharded the weights and Adam's state evenly (shards_verdict, printed)"),
@@ -334,10 +333,10 @@ VERDICTS = {
                 r"FSDP trained the same model\.$", "cpu",
                 "on the CPU the sharded run reaches one process's losses (on GPUs they may differ)"),
     ],
-    ("08", "cell-48"): [
-        Verdict(r"^No process or port of Step 4's torchrun runs is left over\.$", "always",
+    ("08", "fsdp-leftovers"): [
+        Verdict(r"^No process or port of part C's torchrun runs is left over\.$", "always",
                 "the FSDP2 runs started (torch >= 2.7 here) and left neither a process nor a port; "
-                "'Step 4 started no torchrun' would mean Step 4 was skipped"),
+                "'Part C started no torchrun' would mean Going deeper C was skipped"),
     ],
     # --- 09: what a GPU kernel is --------------------------------------------------------------------------
     ("09", "add-check"): [
