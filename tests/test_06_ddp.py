@@ -889,36 +889,33 @@ def test_the_pictures_draw_with_titles_and_labels():
 
 def is_alive_elsewhere(helpers, monkeypatch, tmp_path, os_name):
     """helpers.is_alive as on a system without /proc and without psutil (Windows, or a bare macOS),
-    whose os.name is `os_name`; returns the signals it sent, as (pid, signal)."""
+    whose os.name is `os_name`: (is_alive(pid), the signals it sent, as (pid, signal))."""
     sent = []
 
     def kill(pid, signal_number):
         sent.append((pid, signal_number))
         os.kill(pid, signal_number)
 
-    functions = helpers.is_alive.__globals__
-    monkeypatch.setitem(functions, "proc_dir", lambda: tmp_path / "no-proc")
-    monkeypatch.setitem(functions, "os", types.SimpleNamespace(name=os_name, kill=kill))
     monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` raises ImportError
-    return sent
+    return (lambda pid: helpers.is_alive(pid, proc=tmp_path / "no-proc", os_name=os_name, kill=kill)), sent
 
 
-@pytest.mark.gpu_branch("06", "is_alive: os.name != 'posix'")
-@pytest.mark.gpu_branch("08", "is_alive: os.name != 'posix'")
+@pytest.mark.gpu_branch("06", "is_alive: os_name != 'posix'")
+@pytest.mark.gpu_branch("08", "is_alive: os_name != 'posix'")
 def test_is_alive_on_windows_without_psutil_sends_no_signal(plumbing, monkeypatch, tmp_path):
     # On Windows os.kill(pid, 0) does not ask: every signal but CTRL_C_EVENT and CTRL_BREAK_EVENT
     # ends the process with TerminateProcess (Python's documentation of os.kill).
-    sent = is_alive_elsewhere(plumbing, monkeypatch, tmp_path, "nt")
-    assert plumbing.is_alive(os.getpid()) is False and sent == []
+    is_alive, sent = is_alive_elsewhere(plumbing, monkeypatch, tmp_path, "nt")
+    assert is_alive(os.getpid()) is False and sent == []
 
 
 def test_is_alive_on_a_posix_system_without_proc_or_psutil_asks_with_signal_0(plumbing, monkeypatch,
                                                                               tmp_path):
     finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
                               capture_output=True, text=True)
-    sent = is_alive_elsewhere(plumbing, monkeypatch, tmp_path, "posix")
-    assert plumbing.is_alive(os.getpid()) is True
-    assert plumbing.is_alive(int(finished.stdout)) is False  # ended and reaped: no such process
+    is_alive, sent = is_alive_elsewhere(plumbing, monkeypatch, tmp_path, "posix")
+    assert is_alive(os.getpid()) is True
+    assert is_alive(int(finished.stdout)) is False  # ended and reaped: no such process
     assert sent == [(os.getpid(), 0), (int(finished.stdout), 0)]
 
 
@@ -950,16 +947,14 @@ def fake_proc(tmp_path):
     return proc
 
 
-def test_read_parent_map_reads_proc_and_skips_what_ended_meanwhile(plumbing, fake_proc, monkeypatch):
-    monkeypatch.setitem(plumbing.read_parent_map.__globals__, "proc_dir", lambda: fake_proc)
-    assert plumbing.read_parent_map() == {1: 0, 4242: 1, 4243: 4242, 4244: 1}
+def test_read_parent_map_reads_proc_and_skips_what_ended_meanwhile(plumbing, fake_proc):
+    assert plumbing.read_parent_map(fake_proc) == {1: 0, 4242: 1, 4243: 4242, 4244: 1}
 
 
-def test_is_alive_reads_the_state_in_proc(plumbing, fake_proc, monkeypatch):
-    monkeypatch.setitem(plumbing.is_alive.__globals__, "proc_dir", lambda: fake_proc)
-    assert plumbing.is_alive(1) and plumbing.is_alive(4242)  # sleeping, running
-    assert not plumbing.is_alive(4243) and not plumbing.is_alive(4244)  # a zombie, dead
-    assert not plumbing.is_alive(999) and not plumbing.is_alive(77)  # no such process, unreadable
+def test_is_alive_reads_the_state_in_proc(plumbing, fake_proc):
+    assert plumbing.is_alive(1, fake_proc) and plumbing.is_alive(4242, fake_proc)  # sleeping, running
+    assert not plumbing.is_alive(4243, fake_proc) and not plumbing.is_alive(4244, fake_proc)  # zombie, dead
+    assert not plumbing.is_alive(999, fake_proc) and not plumbing.is_alive(77, fake_proc)  # gone, unreadable
 
 
 class StandInPsutilProcess:
@@ -979,10 +974,10 @@ class StandInPsutilProcess:
         return self.STATES[self.pid]
 
 
-def without_proc(plumbing, monkeypatch, tmp_path, psutil_module):
-    """Make `plumbing` see no /proc (macOS, Windows) and `import psutil` give `psutil_module`."""
-    monkeypatch.setitem(plumbing.is_alive.__globals__, "proc_dir", lambda: tmp_path / "no-proc")
+def without_proc(monkeypatch, tmp_path, psutil_module):
+    """A /proc folder that is not there (macOS, Windows), with `import psutil` giving `psutil_module`."""
     monkeypatch.setitem(sys.modules, "psutil", psutil_module)
+    return tmp_path / "no-proc"
 
 
 def process_iter(attrs):
@@ -999,17 +994,17 @@ STAND_IN_PSUTIL = types.SimpleNamespace(Process=StandInPsutilProcess, STATUS_ZOM
 
 
 def test_without_proc_psutil_gives_the_parents_and_without_it_nothing(plumbing, monkeypatch, tmp_path):
-    without_proc(plumbing, monkeypatch, tmp_path, STAND_IN_PSUTIL)
-    assert plumbing.read_parent_map() == StandInPsutilProcess.PARENTS
+    no_proc = without_proc(monkeypatch, tmp_path, STAND_IN_PSUTIL)
+    assert plumbing.read_parent_map(no_proc) == StandInPsutilProcess.PARENTS
     monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` raises ImportError
-    assert plumbing.read_parent_map() == {}
+    assert plumbing.read_parent_map(no_proc) == {}
 
 
 def test_without_proc_psutil_says_which_process_runs(plumbing, monkeypatch, tmp_path):
-    without_proc(plumbing, monkeypatch, tmp_path, STAND_IN_PSUTIL)
-    assert plumbing.is_alive(10) and plumbing.is_alive(11)
-    assert not plumbing.is_alive(12)  # a zombie: ended, waiting for its parent
-    assert not plumbing.is_alive(13) and not plumbing.is_alive(99)  # ZombieProcess, NoSuchProcess
+    no_proc = without_proc(monkeypatch, tmp_path, STAND_IN_PSUTIL)
+    assert plumbing.is_alive(10, no_proc) and plumbing.is_alive(11, no_proc)
+    assert not plumbing.is_alive(12, no_proc)  # a zombie: ended, waiting for its parent
+    assert not plumbing.is_alive(13, no_proc) and not plumbing.is_alive(99, no_proc)  # Zombie-, NoSuchProcess
 
 
 def test_descendants_end_on_a_loop_in_the_parent_map(plumbing):
@@ -1087,15 +1082,12 @@ def test_stop_processes_kills_what_outlives_terminate_and_bears_kill_errors(plum
             raise PermissionError(1, "Operation not permitted")
         alive.discard(pid)
 
-    functions = plumbing.stop_processes.__globals__
-    monkeypatch.setitem(functions, "time", types.SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep))
-    monkeypatch.setitem(functions, "is_alive", lambda pid: pid in alive)
-    monkeypatch.setitem(functions, "os", types.SimpleNamespace(kill=kill))
-    monkeypatch.setitem(functions, "signal", types.SimpleNamespace(SIGTERM=signal.SIGTERM))  # Windows
     obedient, stubborn, ended = (StandInLauncher(1), StandInLauncher(2, obeys_terminate=False),
                                  StandInLauncher(3))
     ended.returncode = 1
-    plumbing.stop_processes([obedient, stubborn, ended], [101, 102, 103, 104], grace_s=1)
+    plumbing.stop_processes([obedient, stubborn, ended], [101, 102, 103, 104], grace_s=1,
+                            clock=clock.monotonic, sleep=clock.sleep, alive=lambda pid: pid in alive,
+                            kill=kill, kill_signal=signal.SIGTERM)  # as on Windows: no SIGKILL
     assert sent == [(101, signal.SIGTERM), (102, signal.SIGTERM), (103, signal.SIGTERM)]  # not 104
     assert obedient.calls == ["terminate", "wait"] and obedient.returncode == -signal.SIGTERM
     assert stubborn.calls == ["terminate", "kill", "wait"] and stubborn.returncode == -9
@@ -1107,19 +1099,17 @@ def test_stop_processes_kills_what_outlives_terminate_and_bears_kill_errors(plum
 def test_stop_processes_sends_sigkill_where_there_is_one_and_waits_only_until_it_works(plumbing,
                                                                                         monkeypatch):
     sent, clock = [], FakeClock()
-    functions = plumbing.stop_processes.__globals__
-    monkeypatch.setitem(functions, "time", types.SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep))
     # Process 101 takes 0.3 s to die after the SIGKILL (a busy process).
-    monkeypatch.setitem(functions, "is_alive", lambda pid: not sent or clock.now < 1000.3)
-    monkeypatch.setitem(functions, "os", types.SimpleNamespace(kill=lambda *call: sent.append(call)))
     launcher = StandInLauncher(1)
-    plumbing.stop_processes([launcher], [101], grace_s=10)
+    plumbing.stop_processes([launcher], [101], grace_s=10, clock=clock.monotonic, sleep=clock.sleep,
+                            alive=lambda pid: not sent or clock.now < 1000.3,
+                            kill=lambda *call: sent.append(call))
     assert sent == [(101, signal.SIGKILL)] and launcher.calls == ["terminate", "wait"]
     assert 1000.3 <= clock.now < 1000.5, "it waits for the killed process, and no longer"
 
 
-def fake_launches(plumbing, monkeypatch, launchers, parents=None):
-    """Make run_launchers start `launchers` (in order) on their FakeClock. Each wait for output (0.2 s
+def fake_launches(launchers, parents=None):
+    """What run_launchers asks of the machine, made up: it starts `launchers` (in order) on their FakeClock. Each wait for output (0.2 s
     in the notebook) moves the clock on by 0.25 s, a number floats hold exactly, and returns only once
     the output threads have passed on all that the launchers printed by then: the same clock always
     gives the same run, however slow the machine."""
@@ -1142,14 +1132,9 @@ def fake_launches(plumbing, monkeypatch, launchers, parents=None):
             return super().get(timeout=0.001)
 
     started = iter(launchers)
-    functions = plumbing.run_launchers.__globals__
-    monkeypatch.setitem(functions, "time", types.SimpleNamespace(monotonic=clock.monotonic,
-                                                                 sleep=clock.sleep))
-    monkeypatch.setitem(functions, "queue", types.SimpleNamespace(Queue=WaitingQueue, Empty=queue.Empty))
-    monkeypatch.setitem(functions, "subprocess", types.SimpleNamespace(
-        Popen=lambda command, **options: next(started), PIPE=subprocess.PIPE, STDOUT=subprocess.STDOUT))
-    monkeypatch.setitem(functions, "read_parent_map", lambda: dict(parents or {}))
-    monkeypatch.setitem(functions, "is_alive", lambda pid: False)
+    return {"popen": lambda command, **options: next(started), "clock": clock.monotonic,
+            "sleep": clock.sleep, "queue": WaitingQueue, "parent_map": lambda: dict(parents or {}),
+            "alive": lambda pid: False}
 
 
 @pytest.mark.parametrize("ends_at, stopped", [(None, True), (1002.6, False)])
@@ -1157,8 +1142,8 @@ def test_run_launchers_stops_a_program_only_once_it_outlives_its_peer_by_the_pat
         plumbing, monkeypatch, capsys, ends_at, stopped):
     clock = FakeClock()
     done, waiting = StandInLauncher(500, clock, 1000.5), StandInLauncher(600, clock, ends_at)
-    fake_launches(plumbing, monkeypatch, [done, waiting], parents={501: 500, 502: 501, 7: 1})
-    run = plumbing.run_launchers([["a"], ["b"]], time_limit_s=60, patience_s=2, echo=False)
+    system = fake_launches([done, waiting], parents={501: 500, 502: 501, 7: 1})
+    run = plumbing.run_launchers([["a"], ["b"]], time_limit_s=60, patience_s=2, echo=False, system=system)
     # The first ended at 1000.5; at 1002.5 the other had waited exactly the patience: not yet.
     assert run["ended_s"][0] == 0.5 and run["started"] == [501, 502] and run["leftovers"] == []
     assert "terminate" not in done.calls
@@ -1174,8 +1159,8 @@ def test_run_launchers_stops_a_program_only_once_it_outlives_its_peer_by_the_pat
 def test_run_launchers_stops_a_program_only_past_the_time_limit(plumbing, monkeypatch, ends_at, stopped):
     clock = FakeClock()
     launcher = StandInLauncher(500, clock, ends_at)
-    fake_launches(plumbing, monkeypatch, [launcher])
-    run = plumbing.run_launchers([["a"]], time_limit_s=1, echo=False)  # ending after exactly 1 s: in time
+    system = fake_launches([launcher])
+    run = plumbing.run_launchers([["a"]], time_limit_s=1, echo=False, system=system)  # 1 s: in time
     assert run["stopped"] == ("the time limit of 1 s was reached" if stopped else None)
     assert run["returncodes"] == [-signal.SIGTERM if stopped else 0]
 
@@ -1189,8 +1174,8 @@ def test_run_launchers_echoes_lines_with_the_node_only_for_several(plumbing, mon
                                                                    echo, printed):
     clock = FakeClock()
     launchers = [StandInLauncher(500 + tag, clock, 1000.5, output) for tag, output in enumerate(lines)]
-    fake_launches(plumbing, monkeypatch, launchers)
-    run = plumbing.run_launchers([["x"]] * len(lines), time_limit_s=60, echo=echo)
+    system = fake_launches(launchers)
+    run = plumbing.run_launchers([["x"]] * len(lines), time_limit_s=60, echo=echo, system=system)
     assert sorted(capsys.readouterr().out.splitlines()) == printed
     assert sorted(run["output"]) == [(tag, line) for tag, output in enumerate(lines) for line in output]
 
