@@ -131,23 +131,27 @@ def test_triton_is_left_for_the_notebook_to_import_after_it_sets_triton_interpre
     assert imported == []  # importing it here would fix the interpreter setting too early
 
 
-def test_check_packages_treats_a_package_that_cannot_be_imported_like_a_missing_one(monkeypatch):
-    namespace = nb.check_packages.__globals__
-    monkeypatch.setitem(namespace, "package_problems", lambda packages: ({}, {}))
+def test_check_packages_treats_a_package_that_cannot_be_imported_like_a_missing_one():
+    installed = {"torch": "2.14.1", "fastai": "2.8.12"}
     tried = []
 
-    def import_problem(name):
-        tried.append(name)
-        return "importing it fails (ImportError: broken)" if name == "fastai" else None
+    def installed_version(name):
+        if name not in installed:
+            raise nb.importlib.metadata.PackageNotFoundError(name)
+        return installed[name]
 
-    monkeypatch.setitem(namespace, "import_problem", import_problem)
-    problems, limits = nb.check_packages(PACKAGES)
+    def import_module(module):
+        tried.append(module)
+        if module == "fastai.vision.all":
+            raise ImportError("cannot import name 'x'\nbroken")
+
+    problems, limits = nb.check_packages(PACKAGES, installed_version, import_module)
     assert problems == {"fastai": "importing it fails (ImportError: broken)"} and limits == {}
-    assert tried == ["torch", "fastai"]
+    assert tried == ["torch", "fastai.vision.all"]
     # A package that is already known to be missing is not imported.
-    monkeypatch.setitem(namespace, "package_problems", lambda packages: ({"fastai": "not installed"}, {}))
+    del installed["fastai"]
     tried.clear()
-    assert nb.check_packages(PACKAGES) == ({"fastai": "not installed"}, {})
+    assert nb.check_packages(PACKAGES, installed_version, import_module) == ({"fastai": "not installed"}, {})
     assert tried == ["torch"]
 
 

@@ -80,10 +80,10 @@ class FakeClock:
     (0, [5.0, 1.0, 2.0], 2.0),               # the median, not the mean (2.67) nor the first run (5)
     (2, [50.0, 40.0, 1.0, 2.0, 3.0, 10.0], 2.5),  # even count: mean of the two middle runs
 ])
-def test_time_it_returns_the_median_of_the_timed_runs(monkeypatch, warmup, durations, median):
+def test_time_it_returns_the_median_of_the_timed_runs(warmup, durations, median):
     clock = FakeClock(durations)
-    monkeypatch.setitem(nb.time_it.__globals__, "time", clock)
-    result = nb.time_it(clock.fn, torch.device("cpu"), repeats=len(durations) - warmup, warmup=warmup)
+    result = nb.time_it(clock.fn, torch.device("cpu"), repeats=len(durations) - warmup, warmup=warmup,
+                        clock=clock.perf_counter)
     assert result == pytest.approx(median)
     assert clock.durations == []  # fn ran exactly warmup + repeats times
 
@@ -168,17 +168,13 @@ def test_the_shared_cell_prints_the_warning_only_on_a_hosted_service_without_a_g
     assert "NO GPU" not in run_cell("01", cell_id, {"__name__": "notebook_01"})
 
 
-def test_report_figures_shows_one_machine_readable_output_and_nothing_to_read(monkeypatch):
-    shown = []
-    namespace = nb.report_figures.__globals__  # the namespace the notebook's functions see
-    monkeypatch.setitem(namespace, "display", lambda data, raw: shown.append((data, raw)))
-    monkeypatch.setitem(namespace, "device", torch.device("cuda", 0))
-    monkeypatch.setitem(namespace, "FAST", False)
-    record = nb.report_figures(gflops=4321.5, sizes=[1, 2], dtype=torch.float16)
+def test_the_figures_record_is_machine_readable_and_says_what_stood_in():
+    record = nb.figures_record(torch.device("cuda", 0), False, None,
+                               {"gflops": 4321.5, "sizes": [1, 2], "dtype": torch.float16})
     assert record == {"device": "cuda:0", "device_type": "cuda", "fast": False, "fallback": None,
                       "figures": {"gflops": 4321.5, "sizes": [1, 2], "dtype": "torch.float16"}}
-    assert shown == [({nb.FIGURES_MIME: record, "text/plain": ""}, True)]
-    assert nb.report_figures(fallback="stand-in pictures")["fallback"] == "stand-in pictures"
+    assert nb.figures_record(torch.device("cpu"), True, "stand-in pictures", {})["fallback"] == (
+        "stand-in pictures")
 
 
 def test_feedback_shows_as_plain_text_and_not_done_spots_the_starters_ellipsis():

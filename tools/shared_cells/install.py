@@ -109,12 +109,13 @@ def import_problem(name, import_module=importlib.import_module):
     return None
 
 
-def check_packages(packages):
+def check_packages(packages, installed_version=importlib.metadata.version,
+                   import_module=importlib.import_module):
     """package_problems, then an import of each package that looks installed: a release pair nobody
     measured shows up here, as a package that cannot be imported."""
-    problems, limits = package_problems(packages)
+    problems, limits = package_problems(packages, installed_version)
     for name in packages:
-        if name not in problems and (problem := import_problem(name)):
+        if name not in problems and (problem := import_problem(name, import_module)):
             problems[name] = problem
     return problems, limits
 

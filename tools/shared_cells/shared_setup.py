@@ -42,17 +42,17 @@ def synchronize(device):
         torch.accelerator.synchronize(device)
 
 
-def time_it(fn, device, repeats=3, warmup=1):
+def time_it(fn, device, repeats=3, warmup=1, clock=time.perf_counter):
     """Median seconds of fn(): `warmup` untimed runs, then `repeats` runs, each synchronized."""
     for _ in range(warmup):
         fn()
     seconds = []
     for _ in range(repeats):
         synchronize(device)
-        start = time.perf_counter()
+        start = clock()
         fn()
         synchronize(device)
-        seconds.append(time.perf_counter() - start)
+        seconds.append(clock() - start)
     return statistics.median(seconds)
 
 
@@ -83,11 +83,16 @@ def no_gpu_warning(service, device_type):
 FIGURES_MIME = "application/vnd.gpu-tutorials.figures+json"
 
 
+def figures_record(device, fast, fallback, figures):
+    """The record report_figures shows: the figures as JSON, the device, the size, the fallback."""
+    return {"device": str(device), "device_type": device.type, "fast": fast, "fallback": fallback,
+            "figures": json.loads(json.dumps(figures, default=str))}
+
+
 def report_figures(fallback=None, **figures):
     """Show the figures this notebook measured as one machine-readable output (tools/gpu_run.py
     records them); `fallback` says what stood in for the real thing, if anything did."""
-    record = {"device": str(device), "device_type": device.type, "fast": FAST, "fallback": fallback,
-              "figures": json.loads(json.dumps(figures, default=str))}
+    record = figures_record(device, FAST, fallback, figures)
     display({FIGURES_MIME: record, "text/plain": ""}, raw=True)
     return record
 
