@@ -4,6 +4,7 @@ shaped like torch's API, and each exercise's check given a likely wrong answer."
 import os
 import stat
 import sys
+import time
 import textwrap
 import types
 
@@ -1334,3 +1335,62 @@ def test_a_copy_on_the_cpu_is_measured_for_real():
 def test_the_copy_table_is_rounded():
     copies = nb.copy_table({"pinned CPU memory -> GPU": 12.345678}, 256)
     assert copies.iloc[0, 0] == 12.3 and copies.index.name == "copy of 256 MB"
+
+
+# --- The exercises: each check given a likely wrong answer ------------------------------------------------
+
+def exercise_namespace(name):
+    """The notebook's helpers, `device`, and what exercise `name`'s check cell defines (run as it is)."""
+    namespace = {**vars(nb), "device": torch.device("cpu")}
+    run_cell("01", f"exercise-{name}-check", namespace)
+    return namespace
+
+
+@pytest.mark.exercise("01", "has-code-for")
+def test_exercise_1_the_generation_written_with_its_dot():
+    check = exercise_namespace("has-code-for")["check_has_code_for"]
+    with_a_dot = check(lambda capability, arch_list: f"sm_{capability[0]}.{capability[1]}" in arch_list)
+    assert with_a_dot == ("NOT YET RIGHT: a Tesla T4 (capability (7, 5)) and the CUDA 13.0 wheel (sm_75 "
+                          "sm_80 sm_86 sm_90 sm_100 sm_120): has_code_for says False, the reference True; "
+                          "the GPU's code is sm_75.")
+    always = check(lambda capability, arch_list: True)  # the P100 is where "always yes" fails
+    assert always.startswith("NOT YET RIGHT: a Tesla P100 (capability (6, 0)) and the CUDA 13.0 wheel")
+    assert check(lambda capability, arch_list: "sm_75").startswith(
+        "NOT YET RIGHT: for a Tesla T4, has_code_for returned 'sm_75', not True or False.")
+
+
+@pytest.mark.exercise("01", "until-done")
+def test_exercise_2_a_clock_read_before_the_device_is_done():
+    check = exercise_namespace("until-done")["check_seconds_until_done"]
+
+    def launch_only(work, wait):
+        start = time.perf_counter()
+        work()
+        return time.perf_counter() - start
+
+    def waits_first(work, wait):  # waits for earlier work, not for this one
+        wait()
+        start = time.perf_counter()
+        work()
+        return time.perf_counter() - start
+
+    for wrong in (launch_only, waits_first):
+        said = check(wrong, torch.device("cpu"))
+        assert said.startswith("NOT YET RIGHT: the made-up GPU has done its work 50 ms after work() "
+                               "returns, and you measured 0.0"), said
+        assert said.endswith("ms: the launch only. Call wait() after work(), then read the clock.")
+    twice = check(lambda work, wait: (work(), work(), wait()) and 0.05, torch.device("cpu"))
+    assert twice == "NOT YET RIGHT: seconds_until_done called work() 2 times; call it once."
+
+
+@pytest.mark.exercise("01", "gflops")
+def test_exercise_3_a_product_counted_without_its_additions():
+    check = exercise_namespace("gflops")["check_gflops"]
+    without_additions = check(lambda size, seconds: size**3 / seconds / 1e9, torch.device("cpu"))
+    assert without_additions == ("NOT YET RIGHT: for 1024×1024 matrices in 0.01 s, gflops says 107.374, the "
+                                 "reference 214.748 (0.5 times it). Half: count the additions too, 2·n³ in "
+                                 "all.")
+    in_flops = check(lambda size, seconds: 2 * size**3 / seconds, torch.device("cpu"))
+    assert in_flops.endswith("(1e+09 times it). That is FLOP/s: divide by 1e9 for GFLOP/s.")
+    assert check(lambda size, seconds: torch.tensor(1.0), torch.device("cpu")).startswith(
+        "NOT YET RIGHT: gflops returned tensor(1.), not a number.")
