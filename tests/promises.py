@@ -38,6 +38,16 @@ PROMISES = {
         Promise(r"Expected all tensors to be on the same device", "core",
                 "the message a learner searches for, found in Step 2 with its cause"),
     ],
+    "01": [
+        Promise(r"Runtime > Change runtime type > T4 GPU > Save", "core",
+                "the menu path a Colab learner whose session has no GPU follows ('If it says no GPU')"),
+        Promise(r"Settings > Accelerator > GPU T4 x2", "core",
+                "the menu path a Kaggle learner whose session has no GPU follows"),
+        Promise(r"only the driver is installed separately \(one exception: notebook 10's AOTInductor "
+                r"package compiles against NVIDIA's CUDA toolkit", "notebook",
+                "the Summary names the one exception to 'install only the driver': AOTInductor on a GPU "
+                "compiles against the CUDA toolkit's headers (issue 37)"),
+    ],
     "06": [
         Promise(r"Settings > Accelerator > GPU T4 x2", "title",
                 "the menu path that gives a Kaggle learner two real GPUs for the processes of Step 4"),

@@ -1,31 +1,34 @@
-"""Notebook 01's diagnosis helpers, called with made-up facts and made-up nvidia-smi output."""
-import ast
+"""Notebook 01's helpers and cells: the diagnosis (Going deeper A) called with made-up facts and made-up
+nvidia-smi output, the timing of Steps 4 and 5, every GPU, Mac, AMD and Windows branch run with stand-ins
+shaped like torch's API, and each exercise's check given a likely wrong answer."""
 import os
-import re
 import stat
 import sys
-import textwrap
 import time
+import textwrap
 import types
 
 import pytest
 import torch
 
-from notebook_code import (INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE, code_cells, core_markdown,
-                           load_helpers, notebook_path, read, run_cell)
+from notebook_code import load_helpers, run_cell
 
 nb = load_helpers("01")
 
 # The calls notebook 01 teaches, each in a visible code cell of its core (checked by
-# tests/test_learner_first.py). The clock that synchronizes is tested below with a recording stand-in,
-# because a CPU cannot show what it does.
+# tests/test_learner_first.py). What the synchronizing lines do on a GPU is tested below with stand-ins,
+# because a CPU cannot show it.
 TAUGHT_CALLS = [
     r"torch\.cuda\.is_available\(\)",
     r"torch\.cuda\.get_device_name\(",
     r"torch\.version\.cuda",
     r"torch\.cuda\.get_arch_list\(\)",
+    r"torch\.cuda\.get_device_capability\(\)",
     r"torch\.accelerator\.current_accelerator\(\)",
     r"torch\.backends\.mps\.is_available\(\)",
+    # Step 4: a matrix product timed by hand, the clock read after torch.cuda.synchronize()
+    r"start = time\.perf_counter\(\)\nproduct = a @ b.*\n\s+torch\.cuda\.synchronize\(\)"
+    r".*\nfinished_s = time\.perf_counter\(\) - start",
     r"def synchronized_clock\(on_device\):.*synchronize\(on_device\)",
     r"benchmark\.Timer\(.*timer=synchronized_clock\(on_device\)",
     r"\.blocked_autorange\(min_run_time=",
@@ -486,12 +489,12 @@ def test_form_factor_is_read_from_the_device_name(name, form):
     assert nb.form_factor(name) == form
 
 
-@pytest.mark.gpu_branch("01", "cell cell-19-run: device.type == 'cuda'")
+@pytest.mark.gpu_branch("01", "cell datasheet-comparison: device.type == 'cuda'")
 def test_datasheet_cell_on_a_v100_sxm2_uses_the_sxm2_peak(monkeypatch):
     # torch.cuda.get_device_name(device) on a V100 module; 12.56 TFLOP/s measured in Step 5.
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100-SXM2-16GB")
     namespace = {**vars(nb), "device": torch.device("cuda"), "speed": {"cuda": 12560.0}}
-    printed = run_cell("01", "cell-19-run", namespace)
+    printed = run_cell("01", "datasheet-comparison", namespace)
     row = namespace["comparison"].iloc[0]
     assert row["published_TFLOP_per_s"] == 15.7
     assert row["share_of_peak_pct"] == 80  # against the PCIe card's 14.0 it would read 90
@@ -501,21 +504,12 @@ def test_datasheet_cell_on_a_v100_sxm2_uses_the_sxm2_peak(monkeypatch):
 def test_datasheet_cell_names_a_gpu_it_does_not_know_and_says_why_without_one(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100-DGXS-16GB")
     namespace = {**vars(nb), "device": torch.device("cuda"), "speed": {"cuda": 12560.0}}
-    printed = run_cell("01", "cell-19-run", namespace)
+    printed = run_cell("01", "datasheet-comparison", namespace)
     assert namespace["comparison"] is None
     assert "Tesla V100-DGXS-16GB: not in this notebook's small datasheet table" in printed
     namespace = {**vars(nb), "device": torch.device("cpu"), "speed": {"cpu": 80.0}}
-    printed = run_cell("01", "cell-19-run", namespace)
+    printed = run_cell("01", "datasheet-comparison", namespace)
     assert namespace["comparison"] is None and printed.startswith("No NVIDIA or AMD GPU")
-
-
-# Tables a learner reads are rounded to digits that mean something.
-
-def test_speed_and_copy_tables_are_rounded():
-    speed = nb.speed_table({"cpu": 87.654321, "cuda": 7123.456789})
-    assert speed.loc["cpu"].tolist() == [88] and speed.loc["cuda"].tolist() == [7123]
-    copies = nb.copy_table({"pinned CPU memory -> GPU": 12.345678}, 256)
-    assert copies.iloc[0, 0] == 12.3
 
 
 def test_datasheet_table_is_rounded():
@@ -526,45 +520,6 @@ def test_datasheet_table_is_rounded():
     assert nb.datasheet_table("NVIDIA L40S", 30000.0) is None
     sxm = nb.datasheet_table("Tesla P100-SXM2-16GB", 8480.0).iloc[0]
     assert sxm["published_TFLOP_per_s"] == 10.6 and sxm["share_of_peak_pct"] == 80
-
-
-# Step 6 without fastai: a plain message, not an ImportError.
-
-def test_step_6_is_skipped_with_a_message_without_fastai(monkeypatch):
-    monkeypatch.setitem(sys.modules, "fastai", None)  # `import fastai...` now raises ImportError
-    monkeypatch.setitem(sys.modules, "fastai.torch_core", None)
-    printed = run_cell("01", "cell-23", {"UNAVAILABLE": {"fastai"}, "device": torch.device("cpu"),
-                                         "torch": torch})
-    assert printed.startswith("Step 6 skipped: fastai")
-
-
-@pytest.mark.parametrize("fastai_device, device, verdict", [
-    # fastai's default_device() on a CUDA GPU: torch.device(torch.cuda.current_device()), i.e. cuda:0
-    (torch.device(0), torch.device("cuda"), "the same kind"),
-    (torch.device("cpu"), torch.device("mps"), "a DIFFERENT kind"),  # e.g. defaults.use_cuda = False
-])
-def test_step_6_compares_fastais_default_device_with_the_notebooks(monkeypatch, fastai_device, device,
-                                                                  verdict):
-    torch_core = types.ModuleType("fastai.torch_core")
-    torch_core.default_device = lambda: fastai_device
-    monkeypatch.setitem(sys.modules, "fastai", types.ModuleType("fastai"))
-    monkeypatch.setitem(sys.modules, "fastai.torch_core", torch_core)
-    printed = run_cell("01", "cell-23", {"UNAVAILABLE": set(), "device": device, "torch": torch})
-    assert printed == (f"fastai's default device: {fastai_device} | this notebook's device: {device} | "
-                       f"{verdict}\n")
-
-
-def test_diagnose_gives_the_first_rule_that_applies_and_nothing_when_none_does(monkeypatch):
-    asked = []
-
-    def rule(answer):
-        return lambda facts: asked.append(answer) or answer
-
-    functions = nb.diagnose.__globals__
-    monkeypatch.setitem(functions, "diagnosis_rules", lambda: [rule(None), rule("B"), rule("C")])
-    assert nb.diagnose({}) == ["B"] and asked == [None, "B"]
-    monkeypatch.setitem(functions, "diagnosis_rules", lambda: [rule(None)])
-    assert nb.diagnose({}) == []
 
 
 # --- every decision pinned at its edges ------------------------------------------------------
@@ -858,24 +813,6 @@ def test_gpu_details_on_an_nvidia_t4(monkeypatch):
                                  "memory_GiB": 14.7}]
 
 
-def prose_of(cell_id):
-    """The markdown of one cell of notebook 01, on one line."""
-    return " ".join(next(cell.source for cell in NOTEBOOK.cells if cell.get("id") == cell_id).split())
-
-
-def test_the_prose_beside_steps_1_and_3_says_what_a_colab_t4_and_a_kaggle_t4_x2_show():
-    """Kaggle's T4 x2 shows two rows and '2 GPU(s)'; the memory column reads 14.7 GiB, not the box's 16 GB."""
-    t4, second_t4 = gpu(memory=14.7), {**gpu(memory=14.7), "index": 1}
-    colab = only(nb.diagnose(facts(cuda_available=True, gpu_count=1, nvidia_smi=smi(), gpus=[t4])))
-    kaggle = only(nb.diagnose(facts(cuda_available=True, gpu_count=2, gpus=[t4, second_t4],
-                                    nvidia_smi=smi(gpus=("Tesla T4", "Tesla T4")))))
-    step_3 = prose_of("cell-12")
-    assert f"on a Colab T4, `[OK] {colab['title']}`" in step_3
-    assert f"(on Kaggle's T4 x2, `{kaggle['title'].split('uses ')[1]}`)" in step_3
-    step_1 = prose_of("cell-08b")
-    assert "one row (two on Kaggle's T4 x2)" in step_1 and f"about {t4['memory_GiB']} GiB" in step_1
-
-
 @pytest.mark.gpu_branch("01", "gpu_details: torch.version.hip")
 def test_gpu_details_on_an_amd_gpu_reads_the_gfx_name(monkeypatch):
     properties = types.SimpleNamespace(name="AMD Instinct MI250X/MI250", total_memory=68702699520,
@@ -977,25 +914,247 @@ def test_gather_facts_without_a_gpu_never_asks_for_the_current_gpu(monkeypatch):
     assert found["cuda_available"] is False and found["current_gpu"] is None and found["gpus"] == []
 
 
-# --- Step 5: the measured speed as a table and a chart, on a CPU and (stand-in) on a GPU -------------
+# --- Step 1: the one line, on every kind of machine ---------------------------------------------------
+
+def stand_in_gpus(monkeypatch, names):
+    """torch.cuda as on a machine with these GPUs (NVIDIA, or AMD under ROCm: the same calls)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: bool(names))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(names))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: names[index or 0])
+
+
+@pytest.mark.gpu_branch("01", "cell gpu-answer: torch.cuda.is_available()")
+@pytest.mark.parametrize("names, line", [
+    (["Tesla T4"], "PyTorch uses 1 GPU: Tesla T4"),
+    (["Tesla T4", "Tesla T4"], "PyTorch uses 2 GPUs: Tesla T4, Tesla T4"),  # Kaggle's T4 x2
+    (["AMD Instinct MI250X/MI250"], "PyTorch uses 1 GPU: AMD Instinct MI250X/MI250"),
+])
+def test_step_1_names_every_gpu(monkeypatch, names, line):
+    stand_in_gpus(monkeypatch, names)
+    printed = run_cell("01", "gpu-answer", {**vars(nb), "device": torch.device("cuda")})
+    assert printed.strip() == line
+
+
+@pytest.mark.gpu_branch("01", "cell gpu-answer: device.type != 'cpu'")
+@pytest.mark.gpu_branch("01", "cell gpu-answer: device.type == 'mps'")
+@pytest.mark.parametrize("device_type, line", [
+    ("mps", "PyTorch uses the 'mps' accelerator, the Apple GPU"),
+    ("xpu", "PyTorch uses the 'xpu' accelerator"),
+    ("cpu", "No GPU: PyTorch runs on the CPU. If you expected one, see 'If it says no GPU' below."),
+])
+def test_step_1_on_a_mac_an_intel_gpu_and_a_cpu(monkeypatch, device_type, line):
+    stand_in_gpus(monkeypatch, [])
+    printed = run_cell("01", "gpu-answer", {**vars(nb), "device": torch.device(device_type)})
+    assert printed.strip() == line
+
+
+# --- Step 2: what the wheel carries, and the GPU's generation and memory -----------------------------
+
+@pytest.mark.gpu_branch("01", "cell wheel-facts: torch.cuda.is_available()")
+def test_step_2_adds_the_gpus_capability_and_memory_on_a_t4(monkeypatch):
+    machine = GPU_MACHINES["Colab T4"]
+    stand_in_torch_cuda(monkeypatch, machine)
+    namespace = {**vars(nb)}
+    run_cell("01", "wheel-facts", namespace)
+    answers = namespace["answers"]
+    assert answers["torch.version.cuda"] == "13.0" and answers["torch.version.hip"] is None
+    assert answers["torch.cuda.get_arch_list()"] == " ".join(CUDA13_ARCHES)
+    assert answers["torch.cuda.get_device_capability()"] == (7, 5)
+    assert answers["GPU memory (GiB)"] == 14.7  # 15,828,320,256 bytes: ECC and the driver keep the rest
+
+
+def test_step_2_without_a_gpu_names_the_wheel_only(monkeypatch):
+    stand_in_torch_cuda(monkeypatch, None)
+    namespace = {**vars(nb)}
+    run_cell("01", "wheel-facts", namespace)
+    assert list(namespace["answers"]) == ["torch.__version__", "torch.version.cuda", "torch.version.hip",
+                                          "torch.cuda.get_arch_list()"]
+
+
+# --- Step 3: the modern and the classic choice agree ---------------------------------------------------
+
+@pytest.mark.gpu_branch("01", "cell device-choice: torch.accelerator.is_available()")
+@pytest.mark.gpu_branch("01", "cell device-choice: torch.cuda.is_available()")
+@pytest.mark.gpu_branch("01", "cell device-choice: torch.backends.mps.is_available()")
+@pytest.mark.parametrize("accelerator, cuda, mps, verdict", [
+    ("cuda", True, False, "torch.accelerator: cuda | classic: cuda | pick_device(): cuda | they agree"),
+    ("mps", False, True, "torch.accelerator: mps | classic: mps | pick_device(): mps | they agree"),
+    ("xpu", False, False, "torch.accelerator: xpu | classic: cpu | pick_device(): xpu | they DISAGREE"),
+    (None, False, False, "torch.accelerator: cpu | classic: cpu | pick_device(): cpu | they agree"),
+])
+def test_step_3_modern_and_classic_choice_on_each_machine(monkeypatch, accelerator, cuda, mps, verdict):
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: accelerator is not None)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator",
+                        lambda *args: torch.device(accelerator) if accelerator else None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    chosen = torch.device(accelerator or "cpu")
+    printed = run_cell("01", "device-choice", {**vars(nb), "device": chosen})
+    assert printed.strip() == verdict
+
+
+# --- Step 4: one product timed by hand, before and after waiting for the device -------------------------
+
+@pytest.mark.gpu_branch("01", "timing_sentence: device_type == 'cpu'")
+@pytest.mark.parametrize("returned_ms, finished_ms, device_type, ending", [
+    (0.02, 0.1, "cuda", "a clock read without waiting would have made the GPU 5 times faster than it is."),
+    (0.02, 0.0998, "cuda", "this time the call itself waited for the GPU"),  # 4.99 times: not called so
+    (0.02, 120.0, "mps", "would have made the GPU 6000 times faster than it is."),
+    (16.0, 16.2, "cpu", "on the CPU the call does the work before it returns."),
+    (0.02, 0.1, "cpu", "on the CPU the call does the work before it returns."),  # the CPU is never blamed
+])
+def test_the_timing_sentence_on_both_sides_of_five_times(returned_ms, finished_ms, device_type, ending):
+    sentence = nb.timing_sentence(returned_ms / 1000, finished_ms / 1000, device_type)
+    assert sentence.startswith(f"a @ b returned after {returned_ms:.3f} ms and was done after "
+                               f"{finished_ms:.3f} ms: ")
+    assert ending in sentence
+
+
+class FakeClock:
+    """Stands in for the `time` module: perf_counter() reads a clock that moves only when told."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def perf_counter(self):
+        return self.now
+
+
+class TorchOnAMadeUpGPU:
+    """`torch` for Step 4's cell: randn notes its device and makes a `meta` tensor (no memory, no work);
+    torch.cuda.synchronize() notes that it waited and moves the clock on by the GPU's 80 ms of work."""
+
+    def __init__(self, clock):
+        self.clock, self.devices, self.waited = clock, [], []
+        self.cuda = types.SimpleNamespace(synchronize=self.cuda_synchronize)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def randn(self, *size, device=None):
+        self.devices.append(torch.device(device))
+        self.clock.now += 0.00002  # every call returns after 20 microseconds
+        return torch.empty(*size, device="meta")
+
+    def cuda_synchronize(self, device=None):
+        self.waited.append("torch.cuda.synchronize()")
+        self.clock.now += 0.08
+
+
+@pytest.mark.gpu_branch("01", "cell sync-demo: device.type == 'cpu'")
+@pytest.mark.gpu_branch("01", "cell sync-demo: device.type == 'cuda'")
+def test_step_4_on_a_cuda_gpu_reads_the_clock_after_torch_cuda_synchronize():
+    clock = FakeClock()
+    fake_torch = TorchOnAMadeUpGPU(clock)
+    shared_waits = []
+    namespace = {**vars(nb), "device": torch.device("cuda"), "FAST": True, "torch": fake_torch,
+                 "time": clock, "synchronize": lambda device: shared_waits.append(torch.device(device))}
+    printed = run_cell("01", "sync-demo", namespace)
+    assert namespace["size"] == 4 * 512  # a GPU gets matrices four times larger than the CPU's
+    assert fake_torch.devices == [torch.device("cuda")] * 2  # both made on the device measured
+    assert shared_waits == [torch.device("cuda")]  # before the clock starts: nothing left to do
+    assert fake_torch.waited == ["torch.cuda.synchronize()"]  # the lesson's call, after the product
+    assert namespace["returned_s"] == 0 and namespace["finished_s"] == pytest.approx(0.08)
+    assert printed.startswith("a @ b returned after 0.000 ms and was done after 80.000 ms: a clock read "
+                              "without waiting would have made the GPU")
+
+
+def test_step_4_on_a_mac_waits_with_the_setup_cells_synchronize():
+    clock = FakeClock()
+    waits = []
+
+    def synchronize(device):  # stands in for torch.mps.synchronize(): 30 ms of work left
+        waits.append(torch.device(device))
+        clock.now += 0.03
+
+    namespace = {**vars(nb), "device": torch.device("mps"), "FAST": True,
+                 "torch": TorchOnAMadeUpGPU(clock), "time": clock, "synchronize": synchronize}
+    printed = run_cell("01", "sync-demo", namespace)
+    assert waits == [torch.device("mps")] * 2 and namespace["finished_s"] == pytest.approx(0.03)
+    assert "would have made the GPU" in printed
+
+
+def test_step_4_on_the_cpu_runs_for_real_and_says_the_times_agree():
+    namespace = {**vars(nb), "device": torch.device("cpu"), "FAST": True}
+    printed = run_cell("01", "sync-demo", namespace)
+    assert namespace["size"] == 512 and namespace["product"].shape == (512, 512)
+    assert 0 < namespace["returned_s"] <= namespace["finished_s"]
+    assert "on the CPU the call does the work before it returns" in printed
+
+
+# --- Step 5: the Timer on a clock that waits for the device, the chart ----------------------------------
+
+def test_synchronized_clock_waits_for_the_device_before_each_reading(monkeypatch):
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", waited.append)  # what synchronize(device) calls
+    clock = nb.synchronized_clock("cuda")
+    first, second = clock(), clock()
+    assert waited == [torch.device("cuda")] * 2 and second >= first
+
+
+def test_matmul_speed_on_the_cpu_is_measured_for_real():
+    gflops = nb.matmul_gflops("cpu", 64, 0.02)
+    assert 0.01 < gflops < 1e5  # 2 × 64³ FLOPs per product; a CPU core does 1 to 1,000 GFLOP/s
+
+
+class RecordingTimer:
+    """Stands in for torch.utils.benchmark.Timer: notes how it is built and reads its clock twice."""
+    made = []
+
+    def __init__(self, stmt, globals, timer, num_threads):
+        RecordingTimer.made.append({"stmt": stmt, "globals": globals, "num_threads": num_threads})
+        self.timer = timer
+
+    def blocked_autorange(self, min_run_time):
+        RecordingTimer.made[-1]["min_run_time"] = min_run_time
+        self.timer(), self.timer()  # the start and the end of a measurement
+        return types.SimpleNamespace(median=0.5)
+
+
+@pytest.mark.parametrize("device, synchronize", [(torch.device("cuda"), "torch.cuda.synchronize"),
+                                                 (torch.device("mps"), "torch.mps.synchronize")])
+def test_step_5_times_a_gpu_on_a_clock_that_synchronizes_that_gpu(monkeypatch, device, synchronize):
+    """What a CPU cannot show: both matrices are made on the device measured, and the Timer gets a
+    clock that waits for that device at every reading (stand-ins for torch's own functions)."""
+    RecordingTimer.made.clear()
+    made_on, waited = [], []
+
+    def randn(*size, device=None):
+        made_on.append(torch.device(device))
+        return torch.empty(*size, device="meta")
+
+    monkeypatch.setattr(torch, "randn", randn)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)  # a laptop's; the tests run on one
+    monkeypatch.setattr(torch.cuda, "synchronize",
+                        lambda device=None: waited.append("torch.cuda.synchronize"))
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: waited.append("torch.mps.synchronize"))
+    monkeypatch.setattr(nb.benchmark, "Timer", RecordingTimer)
+    gflops = nb.matmul_gflops(device, 1024, 1.0)
+    assert made_on == [device, device]
+    assert waited == [synchronize, synchronize]  # each reading of the clock waits for that device
+    [timer] = RecordingTimer.made
+    assert timer["stmt"] == "a @ b" and set(timer["globals"]) == {"a", "b"}
+    assert timer["num_threads"] == 4 and timer["min_run_time"] == 1.0
+    assert gflops == pytest.approx(2 * 1024**3 / 0.5 / 1e9)
+
 
 def fake_matmul_gflops(measured):
     """Stands in for matmul_gflops: {device type: GFLOP/s}; notes each (device, size) asked for."""
     asked = []
 
-    def matmul_gflops(on_device, size):
+    def matmul_gflops(on_device, size, min_run_time):
         asked.append((str(on_device), size))
         return measured[torch.device(on_device).type]
     return matmul_gflops, asked
 
 
-@pytest.mark.gpu_branch("01", "cell cell-17-run: device.type == 'cpu'")
+@pytest.mark.gpu_branch("01", "cell matmul-run: device.type == 'cpu'")
 @pytest.mark.parametrize("device_type", ["cuda", "mps"])
 def test_step_5_on_a_gpu_measures_it_on_a_larger_matrix_and_says_how_many_times(device_type):
     matmul_gflops, asked = fake_matmul_gflops({"cpu": 90.0, device_type: 7200.0})
     namespace = {**vars(nb), "device": torch.device(device_type), "matmul_gflops": matmul_gflops,
-                 "MATMUL_SIZE": 512}
-    printed = run_cell("01", "cell-17-run", namespace)
+                 "MATMUL_SIZE": 512, "MIN_RUN_SECONDS": 0.2}
+    printed = run_cell("01", "matmul-run", namespace)
     assert asked == [("cpu", 512), (device_type, 2048)]
     assert namespace["speed"] == {"cpu": 90.0, device_type: 7200.0}
     assert printed.startswith(f"{device_type}: 80 times the CPU's GFLOP/s")
@@ -1004,10 +1163,10 @@ def test_step_5_on_a_gpu_measures_it_on_a_larger_matrix_and_says_how_many_times(
 def test_step_5_without_a_gpu_measures_the_cpu_only():
     matmul_gflops, asked = fake_matmul_gflops({"cpu": 90.0})
     namespace = {**vars(nb), "device": torch.device("cpu"), "matmul_gflops": matmul_gflops,
-                 "MATMUL_SIZE": 512}
-    printed = run_cell("01", "cell-17-run", namespace)
+                 "MATMUL_SIZE": 512, "MIN_RUN_SECONDS": 0.2}
+    printed = run_cell("01", "matmul-run", namespace)
     assert asked == [("cpu", 512)] and namespace["speed"] == {"cpu": 90.0}
-    assert printed.startswith("No GPU, so one row and one bar")
+    assert printed.startswith("No GPU, so one bar")
 
 
 @pytest.mark.parametrize("speed", [{"cpu": 87.654}, {"cpu": 87.654, "cuda": 7123.4}])
@@ -1027,128 +1186,79 @@ def test_speed_chart_has_a_bar_per_device_labelled_on_a_log_scale(speed):
         plt.close(figure)
 
 
-# --- what the core keeps and what waits in Going deeper -----------------------------------------------
+# --- Step 6 and the record --------------------------------------------------------------------------------
 
-NOTEBOOK = read(notebook_path("01"))
-
-
-def going_deeper_markdown(notebook):
-    """The markdown from the "Going deeper" heading on."""
-    texts = [cell.source for cell in notebook.cells if cell.cell_type == "markdown"]
-    start = next(i for i, text in enumerate(texts) if re.search(r"^## Going deeper", text, re.M))
-    return " ".join(" ".join(texts[start:]).split())
+def test_step_6_is_skipped_with_a_message_without_fastai(monkeypatch):
+    monkeypatch.setitem(sys.modules, "fastai", None)  # `import fastai...` now raises ImportError
+    monkeypatch.setitem(sys.modules, "fastai.torch_core", None)
+    printed = run_cell("01", "fastai-device", {"UNAVAILABLE": {"fastai"}, "device": torch.device("cpu"),
+                                               "torch": torch})
+    assert printed.startswith("Step 6 skipped: fastai")
 
 
-def test_driver_series_and_wheel_generations_are_told_in_going_deeper_not_in_the_core():
-    core, deeper = " ".join(core_markdown(NOTEBOOK).split()), going_deeper_markdown(NOTEBOOK)
-    for detail in ("R525", "R450", "CUDA 12.6", "2.14", "sm_70", "minor version compatibility"):
-        assert detail not in core and detail in deeper, detail
-    assert f"R{nb.MIN_DRIVER_BRANCH[13]} series" in core  # the one number the core keeps
-    for major, branch in nb.MIN_DRIVER_BRANCH.items():
-        assert f"CUDA {major}" in deeper and f"R{branch}" in deeper
-    assert re.search(r'torch==2\.14', nb.LEGACY_TORCH) and "cu126" in nb.LEGACY_WHEEL_INDEX
-    assert "cu118" in nb.CUDA11_WHEEL_INDEX and "PyTorch 2.7" in deeper and "2.7" in nb.CUDA11_TORCH
-
-
-# --- the GPU, Mac and Intel branches of 01's cells, run with stand-ins shaped like torch's API --
-
-def stand_in_gpus(monkeypatch, names):
-    """torch.cuda as on a machine with these GPUs (NVIDIA, or AMD under ROCm: the same calls)."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: bool(names))
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(names))
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: names[index or 0])
-
-
-@pytest.mark.gpu_branch("01", "cell cell-05-device: torch.cuda.is_available()")
-@pytest.mark.parametrize("names, line", [
-    (["Tesla T4"], "PyTorch uses 1 GPU: Tesla T4"),
-    (["Tesla T4", "Tesla T4"], "PyTorch uses 2 GPUs: Tesla T4, Tesla T4"),  # Kaggle's T4 x2
-    (["AMD Instinct MI250X/MI250"], "PyTorch uses 1 GPU: AMD Instinct MI250X/MI250"),
+@pytest.mark.parametrize("fastai_device, device, verdict", [
+    # fastai's default_device() on a CUDA GPU: torch.device(torch.cuda.current_device()), i.e. cuda:0
+    (torch.device(0), torch.device("cuda"), "the same kind"),
+    (torch.device("cpu"), torch.device("mps"), "a DIFFERENT kind"),  # e.g. defaults.use_cuda = False
 ])
-def test_step_1_names_every_gpu(monkeypatch, names, line):
-    stand_in_gpus(monkeypatch, names)
-    printed = run_cell("01", "cell-05-device", {**vars(nb), "device": torch.device("cuda")})
-    assert printed.strip() == line
+def test_step_6_compares_fastais_default_device_with_the_notebooks(monkeypatch, fastai_device, device,
+                                                                  verdict):
+    torch_core = types.ModuleType("fastai.torch_core")
+    torch_core.default_device = lambda: fastai_device
+    monkeypatch.setitem(sys.modules, "fastai", types.ModuleType("fastai"))
+    monkeypatch.setitem(sys.modules, "fastai.torch_core", torch_core)
+    printed = run_cell("01", "fastai-device", {"UNAVAILABLE": set(), "device": device, "torch": torch})
+    assert printed == (f"fastai's default device: {fastai_device} | this notebook's device: {device} | "
+                       f"{verdict}\n")
 
 
-@pytest.mark.gpu_branch("01", "cell cell-05-device: device.type != 'cpu'")
-@pytest.mark.gpu_branch("01", "cell cell-05-device: device.type == 'mps'")
-@pytest.mark.parametrize("device_type, line", [
-    ("mps", "PyTorch uses the 'mps' accelerator, the Apple GPU"),
-    ("xpu", "PyTorch uses the 'xpu' accelerator"),
-    ("cpu", "No GPU: PyTorch runs on the CPU. Steps 2 and 3 find out why, and what would fix it."),
+@pytest.mark.parametrize("machine, expected", [
+    ("T4", {"gpus": ["Tesla T4"], "cuda_build": "13.0", "matmul_size": 2048,
+            "matmul_gflops": {"cpu": 88, "cuda": 4568}, "product_ms": {"returned": 0.021, "done": 120.0}}),
+    ("CPU", {"gpus": [], "cuda_build": "13.0", "matmul_size": 512, "matmul_gflops": {"cpu": 88},
+             "product_ms": {"returned": 16.012, "done": 16.2}}),
 ])
-def test_step_1_on_a_mac_an_intel_gpu_and_a_cpu(monkeypatch, device_type, line):
-    stand_in_gpus(monkeypatch, [])
-    printed = run_cell("01", "cell-05-device", {**vars(nb), "device": torch.device(device_type)})
-    assert printed.strip() == line
+def test_the_core_reports_the_figures_it_measured(monkeypatch, machine, expected):
+    """Issue 32: one report_figures call with what the core measured (tools/gpu_run.py records it)."""
+    on_t4 = machine == "T4"
+    stand_in_torch_cuda(monkeypatch, GPU_MACHINES["Colab T4"] if on_t4 else None)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    reported = []
+    namespace = {**vars(nb), "report_figures": lambda fallback=None, **figures: reported.append(
+                     (fallback, figures)),
+                 "speed": {"cpu": 87.6, "cuda": 4567.8} if on_t4 else {"cpu": 87.6},
+                 "MATMUL_SIZE": 2048 if on_t4 else 512,
+                 "returned_s": 0.0000214 if on_t4 else 0.0160123, "finished_s": 0.12 if on_t4 else 0.0162}
+    run_cell("01", "record-figures", namespace)
+    assert reported == [(None, expected)]
 
 
-@pytest.mark.gpu_branch("01", "cell cell-07: facts['gpus']")
-@pytest.mark.gpu_branch("01", "cell cell-07: device.type == 'mps'")
-def test_step_1_table_of_gpus_on_a_t4_and_the_messages_without_one(monkeypatch):
+# --- Going deeper A: the GPU table ---------------------------------------------------------------------
+
+@pytest.mark.gpu_branch("01", "cell gpu-table: facts['gpus']")
+@pytest.mark.gpu_branch("01", "cell gpu-table: device.type == 'mps'")
+def test_going_deeper_a_shows_a_table_of_gpus_on_a_t4_and_says_why_not_without_one():
     shown = []
     t4 = {"index": 0, "name": "Tesla T4", "capability": "7.5", "arch": "sm_75", "memory_GiB": 14.7}
-    monkeypatch.setitem(nb.__dict__, "gather_facts", lambda: facts(gpus=[t4]))
-    namespace = {**vars(nb), "device": torch.device("cuda"), "display": shown.append}
-    run_cell("01", "cell-07", namespace)
+    namespace = {**vars(nb), "device": torch.device("cuda"), "display": shown.append,
+                 "gather_facts": lambda: facts(gpus=[t4])}
+    run_cell("01", "gpu-table", namespace)
     [table] = shown
     assert table.loc[0].to_dict() == {key: value for key, value in t4.items() if key != "index"}
     for device_type, start in (("mps", "The Apple GPU is not a CUDA device"), ("cpu", "PyTorch sees no GPU")):
         namespace = {**vars(nb), "device": torch.device(device_type), "gather_facts": lambda: facts()}
-        assert run_cell("01", "cell-07", namespace).startswith(start)
+        assert run_cell("01", "gpu-table", namespace).startswith(start)
 
 
-@pytest.mark.gpu_branch("01", "cell cell-15: torch.accelerator.is_available()")
-@pytest.mark.gpu_branch("01", "cell cell-15: torch.cuda.is_available()")
-@pytest.mark.gpu_branch("01", "cell cell-15: torch.backends.mps.is_available()")
-@pytest.mark.parametrize("accelerator, cuda, mps, verdict", [
-    ("cuda", True, False, "torch.accelerator: cuda | classic: cuda | pick_device(): cuda | they agree"),
-    ("mps", False, True, "torch.accelerator: mps | classic: mps | pick_device(): mps | they agree"),
-    ("xpu", False, False, "torch.accelerator: xpu | classic: cpu | pick_device(): xpu | they DISAGREE"),
-    (None, False, False, "torch.accelerator: cpu | classic: cpu | pick_device(): cpu | they agree"),
-])
-def test_step_4_modern_and_classic_choice_on_each_machine(monkeypatch, accelerator, cuda, mps, verdict):
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: accelerator is not None)
-    monkeypatch.setattr(torch.accelerator, "current_accelerator",
-                        lambda *args: torch.device(accelerator) if accelerator else None)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
-    chosen = torch.device(accelerator or "cpu")
-    printed = run_cell("01", "cell-15", {**vars(nb), "device": chosen})
-    assert printed.strip() == verdict
+def test_diagnose_gives_the_first_rule_that_applies_and_nothing_when_none_does():
+    asked = []
 
+    def rule(answer):
+        return lambda facts: asked.append(answer) or answer
 
-@pytest.mark.gpu_branch("01", "cell cell-21-run: device.type == 'cuda'")
-def test_going_deeper_b_on_a_cuda_gpu_copies_pageable_and_pinned_memory(monkeypatch):
-    copied = []
-
-    def pin_memory(tensor):  # stands in for Tensor.pin_memory(): a page-locked copy
-        pinned = tensor.clone()
-        pinned.is_pinned = lambda: True
-        return pinned
-
-    def copy_gbps(source, target_device):  # stands in for the Timer: pinned copies twice as fast
-        copied.append((source.is_pinned(), str(target_device)))
-        return 24.0 if source.is_pinned() else 12.0
-
-    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
-    namespace = {**vars(nb), "device": torch.device("cuda"), "copy_gbps": copy_gbps, "COPY_MEGABYTES": 1}
-    printed = run_cell("01", "cell-21-run", namespace)
-    assert copied == [(False, "cuda"), (True, "cuda")]
-    assert namespace["copies"] == {"pageable CPU memory -> GPU": 12.0, "pinned CPU memory -> GPU": 24.0}
-    assert printed.strip() == "Pinned memory copies 2.0 times as fast as pageable memory."
-
-
-@pytest.mark.gpu_branch("01", "cell cell-21-run: device.type != 'cpu'")
-@pytest.mark.parametrize("device_type, row", [("mps", "CPU memory -> mps"),
-                                              ("cpu", "CPU RAM -> CPU RAM (stand-in, not a GPU copy)")])
-def test_going_deeper_b_on_a_mac_and_on_a_cpu(device_type, row):
-    copied = []
-    namespace = {**vars(nb), "device": torch.device(device_type), "COPY_MEGABYTES": 1,
-                 "copy_gbps": lambda source, target: copied.append(str(target)) or 5.0}
-    run_cell("01", "cell-21-run", namespace)
-    assert list(namespace["copies"]) == [row] and copied == [device_type]
+    assert nb.diagnose({}, rules=[rule(None), rule("B"), rule("C")]) == ["B"] and asked == [None, "B"]
+    assert nb.diagnose({}, rules=[rule(None)]) == []
+    assert nb.diagnose(facts(), rules=None) == nb.diagnose(facts(), rules=nb.diagnosis_rules())
 
 
 def test_show_findings_prints_commands_whole_and_wraps_the_rest(capsys):
@@ -1181,140 +1291,106 @@ def test_read_nvidia_smi_without_nvidia_smi_is_none_and_says_so(monkeypatch):
     assert nb.smi_summary(None, "13.0").startswith("nvidia-smi is not installed")
 
 
-def test_synchronized_clock_waits_for_the_device_before_each_reading(monkeypatch):
-    waited = []
-    monkeypatch.setitem(nb.synchronized_clock.__globals__, "synchronize", waited.append)
-    clock = nb.synchronized_clock("cuda")
-    first, second = clock(), clock()
-    assert waited == ["cuda", "cuda"] and second >= first
+# --- Going deeper E: copies from CPU memory to the device ------------------------------------------------
+
+@pytest.mark.gpu_branch("01", "cell copy-speed: device.type == 'cuda'")
+def test_going_deeper_e_on_a_cuda_gpu_copies_pageable_and_pinned_memory(monkeypatch):
+    copied = []
+
+    def pin_memory(tensor):  # stands in for Tensor.pin_memory(): a page-locked copy
+        pinned = tensor.clone()
+        pinned.is_pinned = lambda: True
+        return pinned
+
+    def copy_gbps(source, target_device, min_run_time):  # stands in for the Timer: pinned twice as fast
+        copied.append((source.is_pinned(), str(target_device), min_run_time))
+        return 24.0 if source.is_pinned() else 12.0
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+    namespace = {**vars(nb), "device": torch.device("cuda"), "copy_gbps": copy_gbps, "COPY_MEGABYTES": 1,
+                 "MIN_RUN_SECONDS": 0.2}
+    printed = run_cell("01", "copy-speed", namespace)
+    assert copied == [(False, "cuda", 0.2), (True, "cuda", 0.2)]
+    assert namespace["copies"] == {"pageable CPU memory -> GPU": 12.0, "pinned CPU memory -> GPU": 24.0}
+    assert printed.strip() == "Pinned memory copies 2.0 times as fast as pageable memory."
 
 
-# --- the two measurements, run for real on the CPU -------------------------------------------
-
-@pytest.fixture
-def clocks(monkeypatch):
-    """synchronized_clock replaced by one that notes the device it waits for and each reading."""
-    readings = []
-
-    def synchronized_clock(on_device):
-        def clock():
-            readings.append(on_device)
-            return time.perf_counter()
-        return clock
-
-    monkeypatch.setitem(nb.matmul_gflops.__globals__, "synchronized_clock", synchronized_clock)
-    monkeypatch.setitem(nb.matmul_gflops.__globals__, "MIN_RUN_SECONDS", 0.02)
-    return readings
+@pytest.mark.gpu_branch("01", "cell copy-speed: device.type != 'cpu'")
+@pytest.mark.parametrize("device_type, row", [("mps", "CPU memory -> mps"),
+                                              ("cpu", "CPU RAM -> CPU RAM (stand-in, not a GPU copy)")])
+def test_going_deeper_e_on_a_mac_and_on_a_cpu(device_type, row):
+    copied = []
+    namespace = {**vars(nb), "device": torch.device(device_type), "COPY_MEGABYTES": 1,
+                 "MIN_RUN_SECONDS": 0.2,
+                 "copy_gbps": lambda source, target, seconds: copied.append(str(target)) or 5.0}
+    run_cell("01", "copy-speed", namespace)
+    assert list(namespace["copies"]) == [row] and copied == [device_type]
 
 
-def test_matmul_speed_is_timed_on_a_clock_that_waits_for_the_device(clocks):
-    gflops = nb.matmul_gflops(torch.device("cpu"), 64)
-    assert 0.01 < gflops < 1e5  # 2 × 64³ FLOPs per product; a CPU core does 1 to 1,000 GFLOP/s
-    assert clocks and set(clocks) == {torch.device("cpu")}
-
-
-def test_a_copy_is_timed_on_a_clock_that_waits_for_the_device(clocks):
-    source = torch.ones(1 << 18)  # 1 MiB of float32
-    gbps = nb.copy_gbps(source, torch.device("cpu"))
+def test_a_copy_on_the_cpu_is_measured_for_real():
+    gbps = nb.copy_gbps(torch.ones(1 << 18), torch.device("cpu"), 0.02)  # 1 MiB of float32
     assert 0.01 < gbps < 1e4
-    assert clocks and set(clocks) == {torch.device("cpu")}
 
 
-# --- the timing taught in Step 5, the made-up diagnosis in Going deeper, the figures reported ---
-
-class RecordingTimer:
-    """Stands in for torch.utils.benchmark.Timer: notes how it is built and reads its clock twice."""
-    made = []
-
-    def __init__(self, stmt, globals, timer, num_threads):
-        RecordingTimer.made.append({"stmt": stmt, "globals": globals, "num_threads": num_threads})
-        self.timer = timer
-
-    def blocked_autorange(self, min_run_time):
-        self.timer(), self.timer()  # the start and the end of a measurement
-        return types.SimpleNamespace(median=0.5)
+def test_the_copy_table_is_rounded():
+    copies = nb.copy_table({"pinned CPU memory -> GPU": 12.345678}, 256)
+    assert copies.iloc[0, 0] == 12.3 and copies.index.name == "copy of 256 MB"
 
 
-class TorchMakingMetaTensors:
-    """`torch` for Step 5's cell, except that torch.randn notes its device and makes a `meta` tensor."""
+# --- The exercises: each check given a likely wrong answer ------------------------------------------------
 
-    def __init__(self):
-        self.devices = []
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    def randn(self, *size, device=None):
-        self.devices.append(torch.device(device))
-        return torch.empty(*size, device="meta")
-
-    def get_num_threads(self):
-        return 4  # a laptop's threads; the tests themselves run PyTorch on one
+def exercise_namespace(name):
+    """The notebook's helpers, `device`, and what exercise `name`'s check cell defines (run as it is)."""
+    namespace = {**vars(nb), "device": torch.device("cpu")}
+    run_cell("01", f"exercise-{name}-check", namespace)
+    return namespace
 
 
-@pytest.mark.parametrize("device", [torch.device("cuda"), torch.device("mps")])
-def test_step_5_times_the_gpu_on_a_clock_that_synchronizes_that_gpu(monkeypatch, device):
-    """What a CPU cannot show: Timer gets a clock that waits for the device measured, at every reading."""
-    RecordingTimer.made.clear()
-    waited, fake_torch = [], TorchMakingMetaTensors()
-    namespace = {**vars(nb), "benchmark": types.SimpleNamespace(Timer=RecordingTimer), "FAST": False,
-                 "synchronize": waited.append, "torch": fake_torch}
-    run_cell("01", "cell-17", namespace)
-    assert namespace["MATMUL_SIZE"] == 2048 and namespace["MIN_RUN_SECONDS"] == 1.0
-    gflops = namespace["matmul_gflops"](device, 1024)
-    assert fake_torch.devices == [device, device]  # both matrices are made on the device measured
-    assert waited == [device, device]  # each reading of the clock waits for that device first
-    [timer] = RecordingTimer.made
-    assert timer["stmt"] == "a @ b" and set(timer["globals"]) == {"a", "b"}
-    assert timer["num_threads"] == 4  # all of the CPU's threads, not Timer's default of one
-    assert gflops == pytest.approx(2 * 1024**3 / 0.5 / 1e9)
+@pytest.mark.exercise("01", "has-code-for")
+def test_exercise_1_the_generation_written_with_its_dot():
+    check = exercise_namespace("has-code-for")["check_has_code_for"]
+    with_a_dot = check(lambda capability, arch_list: f"sm_{capability[0]}.{capability[1]}" in arch_list)
+    assert with_a_dot == ("NOT YET RIGHT: a Tesla T4 (capability (7, 5)) and the CUDA 13.0 wheel (sm_75 "
+                          "sm_80 sm_86 sm_90 sm_100 sm_120): has_code_for says False, the reference True; "
+                          "the GPU's code is sm_75.")
+    always = check(lambda capability, arch_list: True)  # the P100 is where "always yes" fails
+    assert always.startswith("NOT YET RIGHT: a Tesla P100 (capability (6, 0)) and the CUDA 13.0 wheel")
+    assert check(lambda capability, arch_list: "sm_75").startswith(
+        "NOT YET RIGHT: for a Tesla T4, has_code_for returned 'sm_75', not True or False.")
 
 
-def test_the_made_up_machines_are_diagnosed_in_going_deeper_and_the_core_points_there():
-    cells = NOTEBOOK.cells
-    deeper = next(i for i, cell in enumerate(cells) if cell.source.startswith("## Going deeper"))
-    made_up = next(i for i, cell in enumerate(cells) if cell.get("id") == "cell-13")
-    assert made_up > deeper and "### D · The diagnosis of two made-up machines" in cells[made_up - 1].source
-    core = " ".join(core_markdown(NOTEBOOK).split())
-    assert "Going deeper D asks it about a Windows computer with the CPU-only wheel and a Kaggle P100" in core
-    assert "Exercise 2" in cells[made_up - 1].source
+@pytest.mark.exercise("01", "until-done")
+def test_exercise_2_a_clock_read_before_the_device_is_done():
+    check = exercise_namespace("until-done")["check_seconds_until_done"]
+
+    def launch_only(work, wait):
+        start = time.perf_counter()
+        work()
+        return time.perf_counter() - start
+
+    def waits_first(work, wait):  # waits for earlier work, not for this one
+        wait()
+        start = time.perf_counter()
+        work()
+        return time.perf_counter() - start
+
+    for wrong in (launch_only, waits_first):
+        said = check(wrong, torch.device("cpu"))
+        assert said.startswith("NOT YET RIGHT: the made-up GPU has done its work 50 ms after work() "
+                               "returns, and you measured 0.0"), said
+        assert said.endswith("ms: the launch only. Call wait() after work(), then read the clock.")
+    twice = check(lambda work, wait: (work(), work(), wait()) and 0.05, torch.device("cpu"))
+    assert twice == "NOT YET RIGHT: seconds_until_done called work() 2 times; call it once."
 
 
-@pytest.mark.parametrize("machine, expected", [
-    ("T4", {"gpus": ["Tesla T4"], "cuda_build": "13.0", "driver": "580.65.06",
-            "findings": ["Ready: PyTorch uses 1 GPU(s): Tesla T4"], "matmul_size": 2048,
-            "matmul_gflops": {"cpu": 88, "cuda": 4568}}),
-    ("CPU", {"gpus": [], "cuda_build": "13.0", "driver": None, "findings": ["No NVIDIA driver found"],
-             "matmul_size": 512, "matmul_gflops": {"cpu": 88}}),
-])
-def test_the_core_reports_the_figures_it_measured_once(machine, expected):
-    """Issue 32: one report_figures call, near the end of the core, with Step 5's speeds and the diagnosis."""
-    reported = []
-    on_t4 = machine == "T4"
-    namespace = {**vars(nb), "report_figures": lambda fallback=None, **figures: reported.append(
-                     (fallback, figures)),
-                 "facts": facts(cuda_available=True, gpu_count=1, gpus=[gpu()], nvidia_smi=smi()) if on_t4
-                 else facts(),
-                 "speed": {"cpu": 87.6, "cuda": 4567.8} if on_t4 else {"cpu": 87.6},
-                 "MATMUL_SIZE": 2048 if on_t4 else 512}
-    run_cell("01", "cell-23-figures", namespace)
-    assert reported == [(None, expected)]
-    sources = [cell.source for cell in NOTEBOOK.cells if cell.cell_type == "code"]
-    assert sum("report_figures(" in source for source in sources) == 2  # the shared cell defines it
-    from notebook_code import core_cells
-    assert "cell-23-figures" in [cell.get("id") for cell in core_cells(NOTEBOOK)]
-
-
-def test_no_dtype_is_chosen_by_is_bf16_supported_alone():
-    """A T4 answers True through emulation (torch/cuda/__init__.py: is_bf16_supported counts it by
-    default); 01 chooses no dtype by it."""
-    assert not any("is_bf16_supported" in source for source in code_cells(NOTEBOOK))
-
-
-def test_the_summary_names_the_one_exception_to_only_the_driver():
-    # The wheels bring the CUDA runtime, not the toolkit: AOTInductor on a GPU compiles against its
-    # headers (torch.utils.cpp_extension.include_paths("cuda") needs CUDA_HOME; pytorch/pytorch#197765).
-    [summary] = [cell for cell in read(notebook_path("01")).cells if cell.get("id") == "cell-24-summary"]
-    text = " ".join(summary.source.split())
-    assert ("only the driver is installed separately (one exception: notebook 10's AOTInductor package "
-            "compiles against NVIDIA's CUDA toolkit, which Colab and Kaggle have)") in text
+@pytest.mark.exercise("01", "gflops")
+def test_exercise_3_a_product_counted_without_its_additions():
+    check = exercise_namespace("gflops")["check_gflops"]
+    without_additions = check(lambda size, seconds: size**3 / seconds / 1e9, torch.device("cpu"))
+    assert without_additions == ("NOT YET RIGHT: for 1024×1024 matrices in 0.01 s, gflops says 107.374, the "
+                                 "reference 214.748 (0.5 times it). Half: count the additions too, 2·n³ in "
+                                 "all.")
+    in_flops = check(lambda size, seconds: 2 * size**3 / seconds, torch.device("cpu"))
+    assert in_flops.endswith("(1e+09 times it). That is FLOP/s: divide by 1e9 for GFLOP/s.")
+    assert check(lambda size, seconds: torch.tensor(1.0), torch.device("cpu")).startswith(
+        "NOT YET RIGHT: gflops returned tensor(1.), not a number.")

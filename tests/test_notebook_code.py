@@ -66,30 +66,30 @@ def test_run_cell_runs_a_whole_cell_from_its_own_file_and_returns_what_it_printe
 
     nb = load_helpers("01")
     namespace = {**vars(nb), "device": torch.device("cpu")}
-    printed = run_cell("01", "cell-05-device", namespace)
+    printed = run_cell("01", "gpu-answer", namespace)
     assert printed.startswith("No GPU: PyTorch runs on the CPU.")
-    path = cell_file("01", "cell-05-device")
+    path = cell_file("01", "gpu-answer")
     assert path.is_file() and path.parent == helper_file("01").parent
-    assert path.read_text().splitlines() == cell_source("01", "cell-05-device").splitlines()
-    index = [cell.get("id") for cell in read(notebook_path("01")).cells].index("cell-05-device")
+    assert path.read_text().splitlines() == cell_source("01", "gpu-answer").splitlines()
+    index = [cell.get("id") for cell in read(notebook_path("01")).cells].index("gpu-answer")
     where = notebook_location(path, 2)
-    assert where == f"{notebook_path('01').name} cell {index} (id cell-05-device) line 2"
+    assert where == f"{notebook_path('01').name} cell {index} (id gpu-answer) line 2"
 
 
 def test_a_cell_that_raises_shows_its_own_file_and_line_in_the_traceback():
     import traceback
 
     try:
-        run_cell("01", "cell-05-device", {})  # no `device`, no helpers: the cell's first use fails
+        run_cell("01", "gpu-answer", {})  # no `device`, no helpers: the cell's first use fails
     except NameError as error:
         frames = traceback.extract_tb(error.__traceback__)
     else:
         raise AssertionError("a cell run without its names must raise NameError")
-    assert frames[-1].filename == str(cell_file("01", "cell-05-device"))
-    assert frames[-1].line == cell_source("01", "cell-05-device").splitlines()[frames[-1].lineno - 1].strip()
+    assert frames[-1].filename == str(cell_file("01", "gpu-answer"))
+    assert frames[-1].line == cell_source("01", "gpu-answer").splitlines()[frames[-1].lineno - 1].strip()
 
 
 def test_cell_source_names_a_code_cell_or_fails():
-    assert cell_source("01", "cell-05-device").strip()
+    assert cell_source("01", "gpu-answer").strip()
     with pytest.raises(AssertionError, match="no-such-cell"):
         cell_source("01", "no-such-cell")

@@ -36,31 +36,40 @@ class Verdict:
 
 VERDICTS = {
     # --- 01: check your GPU ---------------------------------------------------------------------------
-    ("01", "cell-05-device"): [
+    ("01", "gpu-answer"): [
         Verdict(r"^No GPU: PyTorch runs on the CPU\.", "cpu",
                 "the first answer of the notebook names the CPU when there is no GPU"),
         Verdict(r"^PyTorch uses (\d+ GPUs?|the '\w+' accelerator)", "gpu",
                 "and names the GPU when there is one"),
     ],
-    ("01", "cell-11-run"): [
+    ("01", "device-choice"): [
+        Verdict(r"\| they agree$", "cpu",
+                "torch.accelerator, the classic checks and pick_device() choose the same device"),
+    ],
+    ("01", "sync-demo"): [
+        Verdict(r"^a @ b returned after \d+\.\d{3} ms and was done after \d+\.\d{3} ms: on the CPU the call "
+                r"does the work", "cpu",
+                "Step 4 timed one product by hand and read the CPU's two times as the same work"),
+        Verdict(r"^a @ b returned after \d+\.\d{3} ms and was done after \d+\.\d{3} ms: (a clock read "
+                r"without waiting|this time the call itself waited)", "gpu",
+                "on a GPU the cell says how much too fast a clock read before synchronize() would be"),
+    ],
+    ("01", "fastai-device"): [
+        Verdict(r"\| the same kind$", "always",
+                "fastai (installed by requirements.txt) picks the notebook's kind of device; a skipped "
+                "Step 6 or 'a DIFFERENT kind' would be a quiet failure"),
+    ],
+    ("01", "diagnosis"): [
         Verdict(r"^\[(PROBLEM|NOTE)\] ", "cpu",
-                "without a GPU the diagnosis reports a problem or a note, never '[OK] Ready'"),
+                "without a GPU the diagnosis (Going deeper A) reports a problem or a note, never "
+                "'[OK] Ready'"),
         Verdict(r"^\[OK\] Ready: ", "gpu", "with a GPU it says the GPU is ready"),
     ],
-    ("01", "cell-13"): [
+    ("01", "made-up-machines"): [
         Verdict(r"^\[PROBLEM\] CPU-only PyTorch is installed$", "always",
                 "the made-up Windows machine with a CPU-only wheel gets the CPU-only finding"),
         Verdict(r"^\[PROBLEM\] Tesla P100-PCIE-16GB \(sm_60\) is not in this wheel$[\s\S]*torch==2\.14\.\*",
                 "always", "the made-up Kaggle P100 is told to install PyTorch 2.14, the last for its GPU"),
-    ],
-    ("01", "cell-15"): [
-        Verdict(r"\| they agree$", "cpu",
-                "torch.accelerator, the classic checks and pick_device() choose the same device"),
-    ],
-    ("01", "cell-23"): [
-        Verdict(r"\| the same kind$", "always",
-                "fastai (installed by requirements.txt) picks the notebook's kind of device; a skipped "
-                "Step 6 or 'a DIFFERENT kind' would be a quiet failure"),
     ],
     # --- 02: tensors and models on the device ---------------------------------------------------------
     ("02", "tensor-to-device"): [
