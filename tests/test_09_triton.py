@@ -1,5 +1,6 @@
-"""Notebook 09's helpers, its decisions at their boundaries, its GPU branches with stand-ins, and its
-three Triton kernels run for real under Triton's interpreter at the sizes where masks matter.
+"""Notebook 09's helpers, its decisions at their boundaries, its GPU branches with stand-ins, its
+Triton kernels run for real under Triton's interpreter at the sizes where masks matter, and its
+exercises' checks given the answers a learner is likely to write.
 
 The notebook defines its kernels with `@triton.jit` and `tl.constexpr` at the top level, while it
 imports triton only when it is installed (inside an `if`, which load_helpers skips). So the helpers
@@ -7,10 +8,11 @@ are loaded with a stand-in `triton`/`tl` put into builtins for the moment of loa
 become plain functions, and the pure helpers are what these tests call. The kernels themselves run in
 a subprocess that sets TRITON_INTERPRET=1 before it imports triton, as the notebook does: in this
 process another test may already have imported triton (torch.compile does), and then Triton's own
-functions (tl.max, tl.sum) would not run in the interpreter. So the coverage report never counts the
-three kernels' bodies (add_kernel, softmax_kernel, matmul_kernel): coverage.py measures this process
-only. Their launch functions (add, softmax, matmul) also run here, with kernels that record the grid
-and the arguments they are launched with.
+functions (tl.max, tl.sum) would not run in the interpreter; that subprocess also gives the
+exercises' checks real kernels, the notebook's answers and likely wrong ones. Coverage.py is started
+there too, so the report counts the kernels' lines. The launch functions (add, softmax, matmul) also
+run here, defined by run_cell in a namespace whose kernels record the grid and the arguments they are
+launched with.
 """
 import builtins
 import importlib.metadata
@@ -28,22 +30,24 @@ from unittest import mock
 import pytest
 import torch
 
-import notebook_code as nc
-from notebook_code import cell_source, helper_file, load_helpers, notebook_path, read, run_cell
+from notebook_code import cell_source, load_helpers, notebook_path, read, run_cell, write_helper_file
 
 STAND_IN_TRITON = types.SimpleNamespace(jit=lambda function: function, constexpr=int)
 
 # What the core teaches, each in a visible code cell (tests/test_learner_first.py checks it): a kernel
-# with @triton.jit, its program id, its block of positions, masked loads and stores, tl.dot on tiles,
-# and the launch of a kernel on a grid.
+# with @triton.jit, its program id, its block of positions, masked loads and stores, the launch of a
+# kernel on a grid, one program per row with a reduction, and the code torch.compile writes.
 TAUGHT_CALLS = [
     r"@triton\.jit\ndef \w+_kernel\(",
     r"tl\.program_id\(0\)",
     r"tl\.arange\(0, BLOCK\)",
     r"tl\.load\([^\n]*mask=mask",
     r"tl\.store\([^\n]*mask=mask",
-    r"tl\.dot\(a, b\)",
     r"\w+_kernel\[grid\]\(",
+    r"softmax_kernel\[\(rows,\)\]\(",
+    r"tl\.max\(x, axis=0\)",
+    r"torch\._logging\.set_logs\(output_code=True\)",
+    r"torch\.compile\(add_relu_double\)",
 ]
 
 
@@ -247,9 +251,10 @@ def test_problem_sizes_leave_the_last_block_partly_filled_and_stay_small_under_t
         for fast in (True, False):
             sizes = nb.problem_sizes(mode, fast)
             assert sizes["vector"] % 256 != 0
-            # Step 5's C++ loop takes 8 or 16 numbers at a time: the prose's "shorter last round"
+            # Step 4's C++ loop takes 8 or 16 numbers at a time: the prose's "shorter last round"
             assert sizes["vector"] % 8 != 0
-            assert sizes["softmax"][1] != nb.softmax_block(sizes["softmax"][1])
+            columns = sizes["softmax"][1]
+            assert columns & (columns - 1), "the softmax block (a power of two) is partly filled"
             if mode != "compiled":
                 assert any(size % 32 for size in sizes["matmul"])
                 assert sizes["vector"] <= 200_000 and max(sizes["matmul"]) <= 256
@@ -257,30 +262,32 @@ def test_problem_sizes_leave_the_last_block_partly_filled_and_stay_small_under_t
     assert nb.problem_sizes("interpreter", True)["vector"] < nb.problem_sizes("interpreter", False)["vector"]
 
 
-def test_check_kernel_passes_fails_and_skips(nb, monkeypatch):
-    monkeypatch.setattr(nb, "CHECKS", {})
-    monkeypatch.setitem(nb.check_kernel.__globals__, "CHECKS", nb.CHECKS)
+def test_check_kernel_passes_fails_and_skips(nb):
+    checks = {}
     expected = torch.arange(5.0)
-    status, verdict, result = nb.check_kernel("k", lambda: expected.clone(), expected, "interpreter")
+    status, verdict, result = nb.check_kernel("k", lambda: expected.clone(), expected, "interpreter",
+                                              checks=checks)
     assert status == "passed" and "interpreter" in verdict and torch.equal(result, expected)
-    assert "on the GPU" in nb.check_kernel("k", lambda: expected.clone(), expected, "compiled")[1]
+    assert "on the GPU" in nb.check_kernel("k", lambda: expected.clone(), expected, "compiled",
+                                           checks=checks)[1]
     # A broken interpreter: all zeros, or an exception; the result is never handed back.
     status, verdict, result = nb.check_kernel("k", lambda: torch.zeros(5), expected, "interpreter",
-                                              known_problem="old triton")
+                                              known_problem="old triton", checks=checks)
     assert status == "failed" and result is None
     assert "Mismatched elements" in verdict and "Known cause: old triton" in verdict
 
     def broken():
         raise TypeError("only 0-dimensional arrays can be converted to Python scalars")
 
-    status, verdict, result = nb.check_kernel("k", broken, expected, "interpreter")
+    status, verdict, result = nb.check_kernel("k", broken, expected, "interpreter", checks=checks)
     assert status == "failed" and "TypeError" in verdict and "Known cause" not in verdict
     called = []
-    status, verdict, result = nb.check_kernel("k", lambda: called.append(1), expected, "shown")
+    status, verdict, result = nb.check_kernel("k", lambda: called.append(1), expected, "shown",
+                                              checks=checks)
     assert status == "not run" and called == [] and result is None
-    assert nb.CHECKS == {"k": "not run"}  # the last check under each name, for report_figures
-    nb.check_kernel("other", lambda: expected.clone(), expected, "compiled")
-    assert nb.CHECKS == {"k": "not run", "other": "passed"}
+    assert checks == {"k": "not run"}  # the last check under each name, for report_figures
+    nb.check_kernel("other", lambda: expected.clone(), expected, "compiled", checks=checks)
+    assert checks == {"k": "not run", "other": "passed"}
 
 
 def test_check_kernel_uses_the_tolerance_it_is_given(nb):
@@ -322,78 +329,50 @@ class RecordingKernel:
         return lambda *args, **meta: self.launches.append((grid, args, meta))
 
 
-@pytest.fixture
-def launched(nb, monkeypatch):
-    """The notebook's kernels replaced by RecordingKernels, and `triton` by one with triton.cdiv."""
-    kernels = {name: RecordingKernel()
-               for name in ("add_kernel", "softmax_kernel", "matmul_kernel", "add_relu_double_kernel")}
-    functions = nb.add.__globals__
-    for name, kernel in kernels.items():
-        monkeypatch.setitem(functions, name, kernel)
-    cdiv = lambda x, y: (x + y - 1) // y  # noqa: E731 (triton/__init__.py's cdiv)
-    monkeypatch.setitem(functions, "triton", types.SimpleNamespace(cdiv=cdiv))
-    return kernels
+# triton/__init__.py's cdiv and next_power_of_2, for the launch functions run with stand-in kernels
+STAND_IN_LAUNCH = types.SimpleNamespace(cdiv=lambda x, y: (x + y - 1) // y,
+                                        next_power_of_2=lambda n: 1 << (n - 1).bit_length())
 
 
-def test_add_launches_one_program_per_block_also_for_a_part_filled_last_block(nb, launched):
+def launch_cell(nb, cell_id, **names):
+    """Run the cell that defines a launch function (add, softmax, matmul) on the CPU with recording
+    kernels and `names`; its namespace, whose functions launch the recording kernels."""
+    kernels = {name: RecordingKernel() for name in ("add_kernel", "softmax_kernel", "matmul_kernel")}
+    namespace = {**vars(nb), **kernels, "triton": STAND_IN_LAUNCH, "device": torch.device("cpu"),
+                 "TRITON_MODE": "compiled", "known_problem": None, "SIZES": {"vector": 257,
+                                                                             "softmax": (3, 100)},
+                 "checks": {}, **names}
+    run_cell("09", cell_id, namespace)
+    return namespace
+
+
+def test_add_launches_one_program_per_block_also_for_a_part_filled_last_block(nb):
+    namespace = launch_cell(nb, "add-check")
     x, y = torch.ones(257), torch.ones(257)
     for n, programs in ((257, 2), (256, 1)):
-        out = nb.add(x[:n], y[:n], block=256)
-        grid, args, meta = launched["add_kernel"].launches[-1]
+        out = namespace["add"](x[:n], y[:n], block=256)
+        grid, args, meta = namespace["add_kernel"].launches[-1]
         assert grid == (programs,) and meta == {"BLOCK": 256}
         assert args[3] == n and args[2] is out and out.shape == (n,)
+    namespace["add"](x, y, block=64)
+    assert namespace["add_kernel"].launches[-1][0] == (5,)
 
 
-def test_your_fused_kernel_launches_one_program_per_block(nb, launched):
-    x, y = torch.ones(513), torch.ones(513)
-    out = nb.add_relu_double_fused(x, y)
-    ((grid, args, meta),) = launched["add_relu_double_kernel"].launches
-    assert grid == (3,) and meta == {"BLOCK": 256}
-    assert args[0] is x and args[1] is y and args[2] is out and args[3] == 513 and out.shape == (513,)
-    nb.add_relu_double_fused(x[:512], y[:512], block=512)
-    assert launched["add_relu_double_kernel"].launches[-1][0] == (1,)
-
-
-class ComputingKernel:
-    """Stands in for a compiled elementwise kernel: `kernel[grid](x, y, out, n, BLOCK=...)` writes
-    `formula(x, y)` into out, as the real one does program by program."""
-
-    def __init__(self, formula):
-        self.formula = formula
-
-    def __getitem__(self, grid):
-        def launch(x, y, out, n, BLOCK):
-            assert grid == ((n + BLOCK - 1) // BLOCK,)
-            out.copy_(self.formula(x, y))
-        return launch
-
-
-@pytest.mark.parametrize("formula, verdict", [
-    (lambda x, y: torch.maximum(x + y, torch.tensor(0.0)) * 2, "your fused kernel: matches PyTorch "),
-    (lambda x, y: torch.maximum(x + y, torch.tensor(0.0)), "your fused kernel: FAILED, AssertionError"),
-])
-def test_your_turn_cell_checks_your_kernel_against_the_three_pytorch_operations(nb, formula, verdict):
-    x, y = torch.tensor([1.0, -3.0, 0.5, 2.0]), torch.tensor([0.5, 1.0, -2.0, -1.0])
-    cdiv = lambda x, y: (x + y - 1) // y  # noqa: E731 (triton/__init__.py's cdiv)
-    namespace = {**vars(nb), "x": x, "y": y, "TRITON_MODE": "compiled", "known_problem": None,
-                 "add_relu_double_kernel": ComputingKernel(formula),
-                 "triton": types.SimpleNamespace(cdiv=cdiv)}
-    printed = run_cell("09", "yourturn-check", namespace)
-    assert printed.startswith(verdict), printed
-
-
-def test_softmax_launches_one_program_per_row_of_a_contiguous_copy(nb, launched):
+def test_softmax_launches_one_program_per_row_of_a_contiguous_copy(nb):
+    namespace = launch_cell(nb, "softmax-launch")
+    namespace["softmax_kernel"].launches.clear()  # the cell's own check launched it once
     x = torch.randn(100, 3).T  # 3 rows of 100, not contiguous
-    out = nb.softmax(x)
-    ((grid, (out_arg, x_arg, cols, row_stride), meta),) = launched["softmax_kernel"].launches
+    out = namespace["softmax"](x)
+    ((grid, (out_arg, x_arg, cols, row_stride), meta),) = namespace["softmax_kernel"].launches
     assert grid == (3,) and cols == 100 and meta == {"BLOCK": 128}
     assert x_arg.is_contiguous() and torch.equal(x_arg, x) and row_stride == 100 and out_arg is out
 
 
-def test_matmul_launches_one_program_per_tile_of_the_result(nb, launched):
+def test_matmul_launches_one_program_per_tile_of_the_result(nb):
+    namespace = launch_cell(nb, "matmul-launch")
     a, b = torch.randn(33, 17), torch.randn(31, 17).T  # b not contiguous: its strides are passed
-    c = nb.matmul(a, b, blocks=(16, 32, 64))
-    ((grid, args, meta),) = launched["matmul_kernel"].launches
+    c = namespace["matmul"](a, b, blocks=(16, 32, 64))
+    ((grid, args, meta),) = namespace["matmul_kernel"].launches
     assert grid == (3, 1) and args[3:6] == (33, 31, 17)
     assert args[6:12] == (17, 1, 1, 17, 31, 1) and args[2] is c and c.dtype == torch.float32
     assert meta == {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64}
@@ -403,13 +382,14 @@ def test_matmul_launches_one_program_per_tile_of_the_result(nb, launched):
     ((48, 32, 32), "48 is not a power of two"),
     ((32, 32, 8), "8 is below 16, the tile size tl.dot accepts on every Triton release")])
 def test_matmul_refuses_block_sizes_triton_cannot_use_in_plain_words_before_any_launch(
-        nb, launched, blocks, reason):
+        nb, blocks, reason):
+    namespace = launch_cell(nb, "matmul-launch")
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     with pytest.raises(ValueError, match=re.escape(f"block sizes {blocks} cannot be used: {reason}")):
-        nb.matmul(a, b, blocks=blocks)
-    assert launched["matmul_kernel"].launches == []
-    nb.matmul(a, b, blocks=(16, 16, 16))  # the smallest allowed tile launches
-    assert len(launched["matmul_kernel"].launches) == 1
+        namespace["matmul"](a, b, blocks=blocks)
+    assert namespace["matmul_kernel"].launches == []
+    namespace["matmul"](a, b, blocks=(16, 16, 16))  # the smallest allowed tile launches
+    assert len(namespace["matmul_kernel"].launches) == 1
 
 
 def test_softmax_in_steps_matches_torch_and_stays_finite_for_large_scores(nb):
@@ -463,11 +443,6 @@ def test_the_tiles_of_a_and_b_read_for_one_tile_of_c(nb, drawn):
 
 # --- Byte counts and block sizes --------------------------------------------------------------------
 
-@pytest.mark.parametrize("n_cols, block", [(1, 1), (2, 2), (3, 4), (64, 64), (65, 128), (1000, 1024)])
-def test_softmax_block_is_the_next_power_of_two(nb, n_cols, block):
-    assert nb.softmax_block(n_cols) == block
-
-
 def test_softmax_traffic_counts_every_kernel(nb):
     rows, cols = 3, 7
     unfused = nb.softmax_traffic(rows, cols, fused=False)
@@ -498,10 +473,10 @@ def test_block_problem_at_its_boundaries(nb, blocks, allowed):
     assert (nb.block_problem(*blocks) is None) == allowed
 
 
-# --- Step 4 on a GPU, with stand-ins ----------------------------------------------------------------
+# --- Step 3 on a GPU, with stand-ins ----------------------------------------------------------------
 
-# Step 4 reads the datasheet table 01 carries too (tools/shared_cells/datasheet.py); its rows are tested in
-# tests/test_01_check_gpu.py. Here: the copy gives Step 4 one peak per model, memory and form factor.
+# Step 3 reads the datasheet table 01 carries too (tools/shared_cells/datasheet.py); its rows are tested in
+# tests/test_01_check_gpu.py. Here: the copy gives Step 3 one peak per model, memory and form factor.
 @pytest.mark.parametrize("name, peaks", [
     ("Tesla T4", (320, 8.1)), ("NVIDIA A100-SXM4-40GB", (1555, 19.5)),
     ("NVIDIA A100-SXM4-80GB", (2039, 19.5)), ("NVIDIA A100 80GB PCIe", (1935, 19.5)),
@@ -510,7 +485,7 @@ def test_block_problem_at_its_boundaries(nb, blocks, allowed):
     ("NVIDIA H100 80GB HBM3", (3350, 67.0)), ("NVIDIA H100 PCIe", (2000, 51.0)),  # SXM5 names none
     ("NVIDIA H100 NVL", None),
 ])
-def test_the_datasheet_copy_gives_step_4_the_peaks_of_the_model_memory_and_form_factor(nb, name, peaks):
+def test_the_datasheet_copy_gives_step_3_the_peaks_of_the_model_memory_and_form_factor(nb, name, peaks):
     found = nb.datasheet(name)
     assert (found and found[:2]) == peaks
 
@@ -523,8 +498,7 @@ def test_the_datasheet_copy_keeps_notebook_01s_other_helpers_working(nb):
 
 def test_speed_table_from_stand_in_timings(nb, capsys):
     x = y = torch.ones(1000)
-    matrix, a, b = torch.ones(10, 100), torch.ones(8, 4), torch.ones(4, 6)
-    candidates = nb.speed_candidates(x, y, matrix, a, b, compiled_softmax=None)
+    candidates = nb.speed_candidates(x, y, torch.ones(100, 1000), compiled_softmax=None)
     assert [c[1] for c in candidates].count("torch.compile of the five") == 1
     assert [c for c in candidates if c[1] == "torch.compile of the five"][0][2] is None
 
@@ -540,11 +514,9 @@ def test_speed_table_from_stand_in_timings(nb, capsys):
     assert math.isnan(table.loc[("vector add", "your add_kernel")].ms)
     assert "not timed, RuntimeError" in capsys.readouterr().out
     assert math.isnan(table.loc[("row softmax", "torch.compile of the five")].ms)
-    product = table.loc[("matrix product", "PyTorch a @ b (cuBLAS)")]
-    assert product.TFLOP_per_s == pytest.approx(round(2 * 8 * 4 * 6 / 1e-3 / 1e12, 2))
-    assert product.share_of_peak_pct == pytest.approx(round(100 * 2 * 8 * 4 * 6 / 1e-3 / 1e12 / 8.1, 2))
     unfused = table.loc[("row softmax", "five PyTorch operations")].GB_per_s
-    assert unfused > table.loc[("row softmax", "torch.softmax")].GB_per_s  # more bytes in the same time
+    # the five operations move about four times the bytes: in the same time, four times the GB/s
+    assert unfused == pytest.approx(4 * table.loc[("row softmax", "torch.softmax")].GB_per_s, rel=0.01)
     no_peaks = nb.speed_table(candidates[:1], lambda f: 1e-3, None)
     assert math.isnan(no_peaks.share_of_peak_pct.iloc[0])
 
@@ -559,20 +531,19 @@ def run_speed_cell(nb, mode, gpu_name="Tesla T4", n=100):
     namespace = {**vars(nb), "TRITON_MODE": mode, "torch": stand_in_torch,
                  "device": torch.device("cuda" if mode == "compiled" else "cpu"), "display": shown.append,
                  "time_it": lambda function, device, repeats, warmup: 2e-3,
-                 "x": torch.ones(n), "y": torch.ones(n), "matrix": torch.ones(4, 10),
-                 "a": torch.ones(8, 4), "b": torch.ones(4, 6)}
+                 "x": torch.ones(n), "y": torch.ones(n), "matrix": torch.ones(4, 10)}
     return shown, run_cell("09", "speed", namespace)
 
 
 @pytest.mark.parametrize("gpu_name, known", [("Tesla T4", True), ("NVIDIA L40S", False)])
-def test_step_4_gpu_branch_runs_with_stand_ins(nb, gpu_name, known):
+def test_step_3_gpu_branch_runs_with_stand_ins(nb, gpu_name, known):
     (table,), printed = run_speed_cell(nb, "compiled", gpu_name)
-    assert len(table) == 8 and table.ms.eq(2.0).all()
+    assert len(table) == 6 and table.ms.eq(2.0).all()
     assert table.share_of_peak_pct.notna().all() == known
     assert (f"{gpu_name} is not in the datasheet table" in printed) != known
 
 
-def test_step_4_compares_an_a100_80gb_with_its_own_bandwidth(nb):
+def test_step_3_compares_an_a100_80gb_with_its_own_bandwidth(nb):
     # The 80 GB SXM module moves 2,039 GB/s (NVIDIA's datasheet), the 40 GB card 1,555 GB/s.
     (table,), _ = run_speed_cell(nb, "compiled", "NVIDIA A100-SXM4-80GB", n=10**7)
     vector = table.loc[("vector add", "your add_kernel")]
@@ -583,7 +554,7 @@ def test_step_4_compares_an_a100_80gb_with_its_own_bandwidth(nb):
 
 
 @pytest.mark.parametrize("mode", ["interpreter", "shown"])
-def test_step_4_without_a_gpu_times_nothing_and_says_why(nb, mode):
+def test_step_3_without_a_gpu_times_nothing_and_says_why(nb, mode):
     shown, printed = run_speed_cell(nb, mode)
     assert shown == [] and printed == nb.no_timing_message(mode) + "\n"
 
@@ -593,24 +564,54 @@ def test_no_timing_message_says_why(nb):
     assert "Without a working Triton" in nb.no_timing_message("shown")
 
 
+def run_matmul_speed_cell(nb, mode, gpu_name="Tesla T4"):
+    """Going deeper A's timing cell in Triton mode `mode`, with a stand-in time_it (4 ms for cuBLAS,
+    8 ms for the kernel) and device name; what it displayed and printed."""
+    shown = []
+    a, b = torch.ones(64, 32), torch.ones(32, 16)
+    timed = {}
+
+    def time_it(function, device, repeats, warmup):
+        timed[len(timed)] = function
+        return 4e-3 * len(timed)
+
+    stand_in_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(get_device_name=lambda device: gpu_name))
+    namespace = {**vars(nb), "TRITON_MODE": mode, "torch": stand_in_torch, "a": a, "b": b,
+                 "device": torch.device("cuda"), "display": shown.append, "time_it": time_it,
+                 "matmul": lambda a, b: a @ b}
+    return shown, run_cell("09", "matmul-speed", namespace)
+
+
+def test_going_deeper_a_times_the_matrix_product_against_the_float32_peak(nb):
+    (table,), printed = run_matmul_speed_cell(nb, "compiled")
+    flops = 2 * 64 * 32 * 16
+    assert printed == "" and list(table.index) == ["PyTorch a @ b (cuBLAS)", "your matmul_kernel"]
+    assert list(table.ms) == [4.0, 8.0]
+    assert table.TFLOP_per_s.iloc[1] == round(flops / 8e-3 / 1e12, 2)
+    assert table.share_of_peak_pct.iloc[0] == round(100 * flops / 4e-3 / 1e12 / 8.1, 2)
+    (unknown,), _ = run_matmul_speed_cell(nb, "compiled", "NVIDIA L40S")
+    assert unknown.share_of_peak_pct.isna().all()
+    shown, printed = run_matmul_speed_cell(nb, "interpreter")
+    assert shown == [] and printed == nb.no_timing_message("interpreter") + "\n"
+
+
 # --- The figures the core reports: report_figures once, near the end of the core ----------
 
 def test_kernel_figures_keep_each_check_and_on_a_gpu_each_of_your_kernels_speeds(nb):
-    checks = {"vector add": "passed", "matrix product": "failed"}
+    checks = {"vector add": "passed", "row softmax": "failed"}
     assert nb.kernel_figures(checks, None) == {"check vector add": "passed",
-                                               "check matrix product": "failed"}
+                                               "check row softmax": "failed"}
     x = y = torch.ones(1000)
-    candidates = nb.speed_candidates(x, y, torch.ones(10, 100), torch.ones(8, 4), torch.ones(4, 6), None)
+    candidates = nb.speed_candidates(x, y, torch.ones(10, 100), None)
     speeds = nb.speed_table(candidates, lambda f: 1e-3, (320, 8.1, "page"))
     figures = nb.kernel_figures({}, speeds)
     assert figures["add_kernel GB_per_s"] == speeds.loc[("vector add", "your add_kernel")].GB_per_s
     assert figures["add_kernel share_of_peak_pct"] == pytest.approx(100 * 0.012 / 320, abs=0.01)
-    assert set(figures) == {f"{kernel} {column}" for kernel, unit in (
-        ("add_kernel", "GB_per_s"), ("softmax_kernel", "GB_per_s"), ("matmul_kernel", "TFLOP_per_s"))
-        for column in (unit, "share_of_peak_pct")}
+    assert set(figures) == {f"{kernel} {column}" for kernel in ("add_kernel", "softmax_kernel")
+                            for column in ("GB_per_s", "share_of_peak_pct")}
     unknown = nb.kernel_figures({}, nb.speed_table(candidates, lambda f: 1e-3, None))
-    assert unknown["matmul_kernel share_of_peak_pct"] is None  # NaN is no JSON number
-    assert isinstance(unknown["matmul_kernel TFLOP_per_s"], float)
+    assert unknown["softmax_kernel share_of_peak_pct"] is None  # NaN is no JSON number
+    assert isinstance(unknown["softmax_kernel GB_per_s"], float)
 
 
 @pytest.mark.parametrize("mode, fallback", [("compiled", None),
@@ -620,8 +621,7 @@ def test_the_core_reports_its_figures_once_with_what_stood_in(nb, mode, fallback
     reported = []
     speeds = None
     if mode == "compiled":
-        candidates = nb.speed_candidates(torch.ones(100), torch.ones(100), torch.ones(4, 10),
-                                         torch.ones(8, 4), torch.ones(4, 6), None)
+        candidates = nb.speed_candidates(torch.ones(100), torch.ones(100), torch.ones(4, 10), None)
         speeds = nb.speed_table(candidates, lambda f: 2e-3, nb.datasheet("Tesla T4"))
     namespace = {**vars(nb), "TRITON_MODE": mode, "speeds": speeds, "CHECKS": {"vector add": "passed"},
                  "report_figures": lambda fallback=None, **figures: reported.append((fallback, figures))}
@@ -632,16 +632,7 @@ def test_the_core_reports_its_figures_once_with_what_stood_in(nb, mode, fallback
     json.dumps(figures, allow_nan=False)  # plain numbers and strings
 
 
-def test_the_report_cell_is_the_last_code_cell_of_the_core():
-    notebook = read(notebook_path("09"))
-    core = [cell for cell in nc.core_cells(notebook) if cell.cell_type == "code"]
-    assert core[-1].get("id") == "report"
-    calls = [cell.get("id") for cell in notebook.cells
-             if cell.cell_type == "code" and "report_figures(" in cell.source]
-    assert calls == ["report"] or calls == ["cell-03", "report"]
-
-
-# --- Step 5: Inductor's plan and its generated code --------------------------------------------------
+# --- Step 4: Inductor's plan and its generated code --------------------------------------------------
 
 @pytest.mark.gpu_branch("09", "inductor_plan: device_type == 'cuda' and has_triton")
 @pytest.mark.gpu_branch("09", "inductor_plan: device_type == 'cuda'")
@@ -729,8 +720,9 @@ def test_generated_kernels_from_a_cpp_log_and_from_two(nb):
     assert nb.generated_kernels("") == []
 
 
-# --- The kernels themselves, under Triton's interpreter ----------------------------------------------
+# --- The kernels themselves, and the exercises' checks, under Triton's interpreter ---------------------
 
+# A file, not `python -c`: @triton.jit reads each kernel's source, so the wrong kernels below need one.
 RUNNER = r'''
 import builtins, json, os, sys
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported, as the notebook does
@@ -751,6 +743,7 @@ if data_file:
     measurement.start()
 with open(helpers) as source:
     exec(compile(source.read(), helpers, "exec"), globals())
+TRITON_MODE, device, known_problem = "interpreter", torch.device("cpu"), None  # the plan cell's work
 
 failures = []
 def expect(name, status, verdict):
@@ -766,33 +759,249 @@ for rows, cols in ((3, 1), (3, 64), (3, 65), (2, 1000)):
                                "interpreter")[:2])
     expect(cols, *check_kernel(f"in steps {rows}x{cols}", lambda: softmax_in_steps(m),
                                torch.softmax(m, 1), "interpreter")[:2])
-for n in (1, 255, 256, 257, 1000):
-    x, y = torch.randn(n), torch.randn(n)
-    expect(n, *check_kernel(f"fused n={n}", lambda: add_relu_double_fused(x, y),
-                            add_relu_double(x, y), "interpreter")[:2])
 for (M, N, K), blocks in (((32, 32, 32), (32, 32, 32)), ((33, 31, 17), (32, 32, 32)),
                           ((1, 1, 1), (16, 16, 16)), ((48, 40, 56), (16, 16, 16)),
                           ((20, 70, 40), (16, 64, 32))):
     a, b = torch.randn(M, K), torch.randn(K, N)
     expect(M, *check_kernel(f"matmul {M}x{N}x{K} {blocks}", lambda: matmul(a, b, blocks), a @ b,
                             "interpreter", **matmul_tolerance("interpreter", None))[:2])
+
+
+# Kernels a learner is likely to write for the exercises
+@triton.jit
+def forgot_the_double_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, tl.maximum(x + y, 0.0), mask=mask)
+
+
+@triton.jit
+def store_without_mask_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, tl.maximum(x + y, 0.0) * 2)
+
+
+@triton.jit
+def masked_positions_as_zero_kernel(out_ptr, x_ptr, n_cols, row_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * row_stride + cols, mask=cols < n_cols)
+    tl.store(out_ptr + row, tl.max(x, axis=0))
+
+
+@triton.jit
+def rows_n_cols_apart_kernel(out_ptr, x_ptr, n_cols, row_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=-float("inf"))
+    tl.store(out_ptr + row, tl.max(x, axis=0))
+
+
+exercises = {"fused-kernel answer": check_fused_kernel(add_relu_double_kernel_answer),
+             "fused-kernel starter": check_fused_kernel(add_relu_double_kernel),
+             "forgot the * 2": check_fused_kernel(forgot_the_double_kernel),
+             "store without its mask": check_fused_kernel(store_without_mask_kernel),
+             "row-max answer": check_row_max(row_max_kernel_answer),
+             "row-max starter": check_row_max(row_max_kernel),
+             "masked positions as 0": check_row_max(masked_positions_as_zero_kernel),
+             "rows n_cols apart": check_row_max(rows_n_cols_apart_kernel)}
 if data_file:
     measurement.stop()
     measurement.save()
-print(json.dumps(failures))
+print(json.dumps({"failures": failures, "exercises": exercises}))
 '''
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton installed")
-def test_the_kernels_match_pytorch_under_the_interpreter_at_their_block_boundaries(nb, request):
+@pytest.fixture(scope="module")
+def under_the_interpreter(request, tmp_path_factory):
+    '''What RUNNER reports: the kernels' failed checks, and the exercises' checks' verdicts.'''
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("needs triton installed")
     measurement = request.config.helper_coverage  # None when the run does not measure the helpers
     data_file = measurement.coverage.config.data_file if measurement is not None else ""
-    environment = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", RUNNER, str(helper_file("09")), data_file],
-                            env=environment,
+    runner = tmp_path_factory.mktemp("interpreter") / "run_kernels.py"
+    runner.write_text(RUNNER)
+    result = subprocess.run([sys.executable, str(runner), str(write_helper_file("09")), data_file],
+                            env={**os.environ, "TRITON_INTERPRET": "1"},
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_kernels_match_pytorch_under_the_interpreter_at_their_block_boundaries(under_the_interpreter):
+    assert under_the_interpreter["failures"] == []
+
+
+@pytest.mark.exercise("09", "fused-kernel")
+def test_exercise_1_tells_a_kernel_without_its_double_and_a_store_without_its_mask(under_the_interpreter):
+    said = under_the_interpreter["exercises"]
+    assert said["fused-kernel answer"] == ("PASSED: your kernel matches relu(x + y) * 2 under Triton's "
+                                           "interpreter on 1000, 256 and 1 numbers, in one launch each.")
+    assert said["fused-kernel starter"] == "NOT DONE YET: replace the ... in add_relu_double_kernel."
+    assert re.fullmatch(r"NOT YET RIGHT: on 1000 numbers, \d+ results differ\. At position \d+, "
+                        r"x = -?\d\.\d{3} and y = -?\d\.\d{3} give (\d+\.\d{3}), but relu\(x \+ y\) \* 2 is "
+                        r"\d+\.\d{3}\.", said["forgot the * 2"])
+    assert said["store without its mask"] == ("NOT YET RIGHT: on 1000 numbers your kernel wrote past the end "
+                                              "of out: give tl.store the mask too (mask=mask).")
+
+
+@pytest.mark.exercise("09", "row-max")
+def test_exercise_2_tells_masked_positions_read_as_zero_and_rows_n_cols_apart(under_the_interpreter):
+    said = under_the_interpreter["exercises"]
+    assert said["row-max answer"].startswith("PASSED: your kernel finds the maximum of every row")
+    assert said["row-max starter"] == "NOT DONE YET: replace the ... in row_max_kernel."
+    assert re.fullmatch(r"NOT YET RIGHT: on 3 rows of 100 negative numbers, row 0: your kernel gives "
+                        r"0\.000, its maximum is -0\.\d{3}; the masked positions count as 0 unless the "
+                        r"load fills them with -inf\.", said["masked positions as 0"])
+    assert re.fullmatch(r"NOT YET RIGHT: on the first 64 columns of a 4 x 80 matrix, row [123]: your kernel "
+                        r"gives -?\d\.\d{3}, its maximum is -?\d\.\d{3}; a row starts row_stride \(80\) "
+                        r"elements after the one before\.", said["rows n_cols apart"])
+
+
+# --- The exercises' checks in this process, with kernels of the test's own ---------------------------
+
+def exercise(nb, name, **names):
+    """The namespace of exercise `name`'s check cell, run on the CPU as on a GPU (TRITON_MODE
+    'compiled'), with `names` beside the notebook's helpers; kernels are the test's stand-ins."""
+    namespace = {**vars(nb), "device": torch.device("cpu"), "TRITON_MODE": "compiled",
+                 "known_problem": None, "triton": STAND_IN_LAUNCH, **names}
+    run_cell("09", f"exercise-{name}-check", namespace)
+    return namespace
+
+
+class ElementwiseStandIn:
+    """Stands in for a compiled add_relu_double_kernel: kernel[grid](x, y, out, n, BLOCK=...) runs the
+    grid's programs one by one, each on its block; masked=False stores whole blocks, past the end too."""
+
+    def __init__(self, formula, masked=True, error=None):
+        self.formula, self.masked, self.error = formula, masked, error
+
+    def __getitem__(self, grid):
+        def launch(x, y, out, n, BLOCK):
+            if self.error:
+                raise self.error
+            for program in range(grid[0]):
+                start = program * BLOCK
+                stop = min(start + BLOCK, n) if self.masked else start + BLOCK
+                out[start:stop] = self.formula(x[start:stop], y[start:stop])
+        return launch
+
+
+def relu_double(x, y):
+    return torch.relu(x + y) * 2
+
+
+def unfinished_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK):
+    offsets = ...  # the starter's `...`, not yet replaced
+    return offsets
+
+
+def test_a_kernel_is_unfinished_while_its_source_holds_the_starters_ellipsis(nb):
+    assert nb.still_has_ellipsis(unfinished_kernel)
+    assert nb.still_has_ellipsis(types.SimpleNamespace(fn=unfinished_kernel))  # what @triton.jit makes
+    assert not nb.still_has_ellipsis(nb.add_kernel)
+    assert not nb.still_has_ellipsis(ElementwiseStandIn(relu_double))  # no source: judged by its results
+
+
+def test_exercise_1s_check_on_a_gpu_passes_a_right_kernel_and_names_each_wrong_one(nb):
+    check = exercise(nb, "fused-kernel")["check_fused_kernel"]
+    assert check(ElementwiseStandIn(relu_double)).startswith(
+        "PASSED: your kernel matches relu(x + y) * 2 on the GPU on 1000, 256 and 1 numbers")
+    assert check(ElementwiseStandIn(relu_double, masked=False)) == (
+        "NOT YET RIGHT: on 1000 numbers your kernel wrote past the end of out: give tl.store the mask "
+        "too (mask=mask).")
+    assert check(ElementwiseStandIn(relu_double), block=1024).endswith("on 1000, 1024 and 1 numbers, in "
+                                                                        "one launch each.")
+    only_the_full_blocks = ElementwiseStandIn(lambda x, y: relu_double(x, y) * (x.numel() > 1))
+    assert check(only_the_full_blocks).startswith("NOT YET RIGHT: on 1 numbers, 1 results differ.")
+    error = RuntimeError("at 4:8:\n    x = tl.load(x_pt + offsets)\nNameError: x_pt is not defined")
+    assert check(ElementwiseStandIn(relu_double, error=error)) == (
+        "NOT YET RIGHT: on 1000 numbers, launching your kernel raised RuntimeError: NameError: x_pt is "
+        "not defined")
+    known = exercise(nb, "fused-kernel", known_problem="triton 3.1.0 computes wrong numbers")
+    assert known["check_fused_kernel"](ElementwiseStandIn(relu_double, error=error)).endswith(
+        "not defined (known problem: triton 3.1.0 computes wrong numbers)")
+    shown = exercise(nb, "fused-kernel", TRITON_MODE="shown")["check_fused_kernel"]
+    assert shown(ElementwiseStandIn(relu_double)) == ("your fused kernel: not run (no Triton), so the "
+                                                      "check cannot launch it.")
+    assert shown(unfinished_kernel).startswith("NOT DONE YET")
+
+
+class RowMaxStandIn:
+    """Stands in for a compiled row_max_kernel: each program reads its row (a strided view here), the
+    positions past n_cols as `fill`, and stores the maximum at out[row], or `spread` numbers from it."""
+
+    def __init__(self, fill=-math.inf, spread=1, error=None):
+        self.fill, self.spread, self.error = fill, spread, error
+
+    def __getitem__(self, grid):
+        def launch(out, x, n_cols, row_stride, BLOCK):
+            if self.error:
+                raise self.error
+            for row in range(grid[0]):
+                block = torch.full((BLOCK,), self.fill)
+                block[:n_cols] = x[row, :n_cols]
+                out[row:row + self.spread] = block.max()
+        return launch
+
+
+def test_exercise_2s_check_on_a_gpu_passes_a_right_kernel_and_names_each_wrong_one(nb):
+    check = exercise(nb, "row-max")["check_row_max"]
+    assert check(RowMaxStandIn()) == ("PASSED: your kernel finds the maximum of every row, in rows of "
+                                      "negative numbers and in rows row_stride apart.")
+    assert check(RowMaxStandIn(fill=0.0)).endswith("the masked positions count as 0 unless the load "
+                                                   "fills them with -inf.")
+    assert check(RowMaxStandIn(spread=128)) == (
+        "NOT YET RIGHT: on 3 rows of 100 negative numbers your kernel wrote past the last row's place "
+        "in out: store one number per program, at out_ptr + row.")
+    assert check(RowMaxStandIn(error=ValueError("boom"))) == (
+        "NOT YET RIGHT: on 3 rows of 100 negative numbers, launching your kernel raised ValueError: boom")
+    shown = exercise(nb, "row-max", TRITON_MODE="shown")["check_row_max"]
+    assert shown(RowMaxStandIn()).startswith("your row maximum: not run (no Triton)")
+    assert check(unfinished_kernel) == "NOT DONE YET: replace the ... in row_max_kernel."
+
+
+def test_exercise_2s_matrices_hold_negative_rows_and_rows_a_stride_apart(nb):
+    namespace = exercise(nb, "row-max")
+    (_, negative, cols), (_, wide, used) = namespace["row_max_cases"](torch.Generator().manual_seed(1))
+    assert (negative < 0).all() and cols == negative.shape[1] and cols & (cols - 1)
+    assert wide.shape[1] > used and used & (used - 1) == 0
+
+
+@pytest.mark.exercise("09", "bytes-moved")
+def test_exercise_3_tells_a_count_of_the_reads_alone(nb):
+    namespace = exercise(nb, "bytes-moved")
+    run_cell("09", "exercise-bytes-moved-answer", namespace)
+    check = namespace["check_bytes_moved"]
+    assert check(namespace["bytes_moved_answer"]) == ("PASSED: 28,000 bytes in three kernels, 12,000 in "
+                                                      "one, for 1000 numbers: 2.3 times fewer.")
+
+    def reads_only(n, fused):  # what the kernels read, not what they write
+        return (2 if fused else 2 + 1 + 1) * n * 4
+
+    assert check(reads_only) == (
+        "NOT YET RIGHT: bytes_moved(1000, fused=False) says 16,000, but the three PyTorch kernels move "
+        "28,000 bytes (-12,000): count what each kernel reads and what it writes, 4 bytes a number.")
+    assert check(lambda n, fused: 28 * n if not fused else 3 * n).startswith(
+        "NOT YET RIGHT: bytes_moved(1000, fused=True) says 3,000, but your one kernel moves 12,000")
+    assert check(lambda n, fused: ...).startswith("NOT DONE YET")
+    assert check(lambda n, fused: "28000") == ("NOT YET RIGHT: bytes_moved(1000, fused=False) returned "
+                                               "'28000': return a number of bytes.")
+    assert check(lambda n, fused: n / 0).startswith("NOT YET RIGHT: bytes_moved(1000, fused=False) raised "
+                                                    "ZeroDivisionError")
+
+
+def test_the_byte_counter_agrees_with_steps_2_count_of_the_softmax(nb):
+    # The counter of exercise 3 and softmax_traffic of Step 2 count the same way, independently.
+    namespace = exercise(nb, "bytes-moved")
+    counted = namespace["ByteCounter"](torch.fx.symbolic_trace(nb.softmax_in_steps)).run(torch.ones(3, 7))
+    assert counted == sum(read + written for _, read, written in nb.softmax_traffic(3, 7, fused=False))
+    assert namespace["counted_bytes"](10, False) == 280 and namespace["counted_bytes"](10, True) == 120
 
 
 def test_the_notebook_imports_triton_only_after_setting_the_variable():

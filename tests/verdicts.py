@@ -357,11 +357,6 @@ VERDICTS = {
         Verdict(r"^row softmax: matches PyTorch (under Triton's interpreter|on the GPU)$", "triton",
                 "the fused softmax kernel ran and matched PyTorch"),
     ],
-    ("09", "yourturn-check"): [
-        Verdict(r"^your fused kernel: matches PyTorch (under Triton's interpreter|on the GPU)$", "triton",
-                "the learner's fused relu(x + y) * 2 kernel ran and matched the three PyTorch "
-                "operations"),
-    ],
     ("09", "matmul-check"): [
         Verdict(r"^matrix product: matches PyTorch (under Triton's interpreter|on the GPU)$", "triton",
                 "the tiled matrix product ran and matched PyTorch"),
@@ -369,7 +364,7 @@ VERDICTS = {
     ("09", "show-code"): [
         Verdict(r"^Inductor wrote [1-9]\d* kernel\(s\) for the three operations: \w", "cpu_compiler",
                 "torch.compile's logged code was found and parsed into at least one kernel; 'wrote 0 "
-                "kernel(s)' would mean Step 5 shows nothing beside the learner's own kernel"),
+                "kernel(s)' would mean Step 4 shows nothing to set beside add_kernel"),
     ],
     ("09", "knobs"): [
         Verdict(r"\A(?![\s\S]*\b(failed|not run)\b)[\s\S]*\bpassed\b", "triton",
