@@ -12,7 +12,6 @@ import math
 import pickle
 import re
 import time
-import types
 import weakref
 
 import pandas as pd

@@ -913,7 +913,6 @@ def test_start_process_group_picks_nccl_and_the_local_gpu_only_with_cuda(gpu, cp
 
     stand_in_torch = type("Torch", (), {"cuda": Cuda, "device": torch.device})
     import datetime
-    import os
     namespace = {"torch": stand_in_torch, "dist": Dist, "datetime": datetime,
                  "os": type("Os", (), {"environ": {**os.environ, "LOCAL_RANK": "1"}})}
     exec(function_source("start_process_group"), namespace)
@@ -935,7 +934,6 @@ def test_local_bytes_counts_only_the_local_shard_of_a_sharded_tensor():
 
 
 def test_the_written_script_parses_its_options(tmp_path):
-    import subprocess
     script = nb.write_script(tmp_path / "08_train_fsdp.py", [nb.SCRIPT_TOP, nb.SCRIPT_MODEL, nb.SCRIPT_MAIN])
     help_text = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
                                timeout=300, check=True).stdout
@@ -987,7 +985,7 @@ def test_port_is_free_sees_a_listening_socket():
 def test_fsdp2_on_two_cpu_processes_holds_half_and_matches_one_process(tmp_path):
     script = nb.write_script(tmp_path / "08_train_fsdp.py", [nb.SCRIPT_TOP, nb.SCRIPT_MODEL, nb.SCRIPT_MAIN])
     args = ["--width", 32, "--depth", 1, "--batch", 8, "--sequence", 8, "--steps", 2, "--cpu"]
-    results, runs = [], []
+    results = []
     for nproc, extra in [(1, ["--no-fsdp"]), (2, [])]:
         port = nb.free_port()
         command = nb.torchrun_command(script, nproc, script_args=[*args, *extra], endpoint=f"127.0.0.1:{port}",

@@ -36,7 +36,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 
 from notebook_code import INSTALL_CELL_FIRST_LINE, NOTEBOOKS, REPO, SHARED_CELL_FIRST_LINE, read
 

@@ -7,7 +7,6 @@ sets measured to fail, and importable. On Colab and Kaggle only, it installs wha
 (never PyTorch). Its pip and import calls are replaced here by stand-ins shaped like the real ones;
 tests/test_missing_packages.py and the run below do it for real in throwaway environments.
 """
-import subprocess
 
 import pytest
 
