@@ -938,11 +938,3 @@ def test_onnx_asks_for_the_gpu_provider_first_and_notices_a_quiet_fallback(nb):
         "ONNX Runtime fell back to CPUExecutionProvider: CUDAExecutionProvider did not load")
     assert "fell back to nothing" in nb.provider_verdict(wanted, [])
 
-
-
-def test_the_glossary_reads_p99_as_99_in_100_finishing_within_it():
-    from notebook_code import REPO
-
-    glossary = " ".join((REPO / "GLOSSARY.md").read_text().split())
-    entry = glossary.split("**percentile (p50, p95, p99)**:")[1].split("- **")[0]
-    assert "99 requests in 100 finish within the p99" in entry and "slowest 1 in 100" not in entry
