@@ -1,8 +1,8 @@
-"""Notebook 10's helpers and decisions at their boundaries, its dynamic batcher with stand-in models, and
-its GPU branches run with stand-ins shaped like PyTorch's API (torch.cuda's streams and graphs, pinned
-memory, torch.compile's arguments). The notebook itself runs in nbval on the CPU (export, the fresh
-process, the batcher under Poisson traffic); nothing here is timed beyond generous bounds on the
-batcher's wait limit."""
+"""Notebook 10's helpers and decisions at their boundaries, its dynamic batcher with stand-in models, its
+exercises' checks against likely wrong answers, and its GPU branches run with stand-ins shaped like
+PyTorch's API (torch.cuda's streams and graphs, pinned memory, torch.compile's arguments). The notebook
+itself runs in nbval on the CPU (the batcher under Poisson traffic, export, the fresh process); nothing
+here is timed beyond generous bounds on the batcher's wait limit."""
 import sys
 import threading
 import time
@@ -15,24 +15,20 @@ from torch import nn
 
 from notebook_code import load_helpers, run_cell
 
-# The calls notebook 10 teaches, each in a visible code cell of its core (test_learner_first.py).
+# The calls notebook 10 teaches, each in a visible code cell of its core (test_learner_first.py): the
+# switches and the warm-up of Step 1, the synchronized clock of Step 2, the batch sweep of Step 3, and
+# how Step 4 uses the batcher (built in Going deeper A).
 TAUGHT_CALLS = [
     r"\.eval\(\)",
     r"torch\.inference_mode\(\)",
     r"torch\.no_grad",
+    r"\.cpu\(\)",
     r"synchronize\(device\)",
-    r"\.pin_memory\(\)",
-    r"non_blocking=True",
-    r"queue\.Queue\(\)",
-    r"threading\.Thread\(",
-    r"torch\.compile\(model, mode=\"reduce-overhead\"\)",
-    r"\.half\(\)",
-    r"torch\.testing\.assert_close\(",
-    r"torch\.export\.export\(.*dynamic_shapes=",
-    r"torch\.export\.save\(",
-    r"torch\._inductor\.aoti_compile_and_package\(",
-    r"torch\._inductor\.aoti_load_package\(",
-    r"torch\.export\.load\(",
+    r"time_it\(lambda: model\(batch\)",
+    r"DynamicBatcher\(model, device, max_batch_size=.*max_queue_delay_microseconds=",
+    r"\.submit\(",
+    r"\.result\(\)",
+    r"poisson_arrivals\(",
 ]
 
 
@@ -94,7 +90,7 @@ def test_on_a_gpu_p99_rests_on_at_least_20_requests_in_both_steps(nb):
 def test_step_2_sends_untimed_warm_up_requests_before_the_timed_ones(nb):
     calls, clock = [], FakeClock()
 
-    def one_request(model, image):  # 1 ms per request on the fake clock
+    def one_request(model, image, device):  # 1 ms per request on the fake clock
         calls.append(image.item())
         clock.now += 0.001
         return image.reshape(1, 1)
@@ -103,7 +99,7 @@ def test_step_2_sends_untimed_warm_up_requests_before_the_timed_ones(nb):
                  "torch": types.SimpleNamespace(randn=lambda count, *shape: torch.arange(float(count)),
                                                 cat=torch.cat),
                  "REQUESTS": 30, "WARM_UP": 5, "first_s": 0.5, "device": torch.device("cpu"),
-                 "draw_latencies": lambda latencies, first_s: None}
+                 "draw_latencies": lambda latencies, first_s, device: None}
     run_cell("10", "requests", namespace)
     assert calls == list(range(5)) + list(range(30)), "the warm-up first, then every request, timed"
     assert namespace["latencies"] == [pytest.approx(0.001)] * 30
@@ -120,14 +116,15 @@ def test_interleaved_rounds_rotate_the_order_and_spread_is_relative_to_the_media
     assert nb.spread_pct([1.0, 1.0, 4.0]) == 300.0, "relative to the median, not the mean"
 
 
-def test_time_mode_times_one_picture_calls_under_the_mode_it_is_given(nb, monkeypatch):
+def test_time_mode_times_calls_of_the_model_it_is_given_under_the_mode_it_is_given(nb):
     seen = []
     model = lambda batch: seen.append((len(batch), torch.is_inference_mode_enabled()))  # noqa: E731
-    for name, value in {"model": model, "images": torch.zeros(8, 3), "device": torch.device("cpu")}.items():
-        monkeypatch.setitem(nb.time_mode.__globals__, name, value)
-    seconds = nb.time_mode(torch.inference_mode, calls=4)()
+    seconds = nb.time_mode(torch.inference_mode, model, torch.zeros(1, 3), torch.device("cpu"), calls=4)()
     assert seen == [(1, True)] * 8, "time_it's warm-up round, then the timed one, of 4 calls each"
     assert 0 <= seconds < 1
+    seen.clear()
+    nb.time_mode(torch.no_grad, model, torch.zeros(2, 3), torch.device("cpu"), calls=1)()
+    assert seen == [(2, False)] * 2
 
 
 def test_the_inference_tensor_cell_keeps_every_tensor_on_the_device(nb):
@@ -339,6 +336,26 @@ def test_close_answers_what_is_waiting_before_the_thread_ends(nb):
     assert [future.result(timeout=1).item() for future in futures] == [2.0, 2.0]
 
 
+def test_the_cell_that_uses_the_batcher_submits_five_requests_and_reads_five_answers(nb):
+    model = RecordingModel()
+    namespace = {**vars(nb), "model": model, "device": torch.device("cpu"), "MAX_BATCH": 8,
+                 "requests": torch.arange(7.0).reshape(7, 1, 1)}
+    printed = run_cell("10", "batcher-use", namespace)
+    batcher = namespace["batcher"]
+    assert not batcher.thread.is_alive(), "the cell closes the batcher"
+    assert sum(batcher.batch_sizes) == 5 and sorted(batcher.served) == [0, 1, 2, 3, 4]
+    assert [answer.item() for answer in namespace["answers"]] == [0.0, 2.0, 4.0, 6.0, 8.0]
+    assert printed == f"5 requests, answered in batches of {batcher.batch_sizes}\n"
+
+
+def test_load_row_reports_the_percentiles_the_tail_the_rate_the_lag_and_the_mean_batch(nb):
+    row = nb.load_row(299.6, "dynamic batcher", [0.001] * 99 + [0.009], busy_s=0.5, lag_s=0.0002,
+                      batch_sizes=[1, 2, 3])
+    assert row == {"rate_per_s": 300, "server": "dynamic batcher", "p50_ms": 1.0, "p99_ms": 1.0,
+                   "slower_than_p99": 1, "served_per_s": 200.0, "lag_ms": pytest.approx(0.2),
+                   "mean_batch": 2}
+
+
 def test_answers_verdict_finds_missing_doubled_and_wrong_answers(nb):
     alone = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     answers = list(alone.clone())
@@ -429,9 +446,8 @@ class FakeClock:
         self.now += seconds
 
 
-def test_run_load_submits_on_time_in_order_and_counts_latency_from_the_planned_arrival(nb, monkeypatch):
+def test_run_load_submits_on_time_in_order_and_counts_latency_from_the_planned_arrival(nb):
     clock = FakeClock()
-    monkeypatch.setitem(nb.run_load.__globals__, "time", clock)
 
     class TakesTwoMilliseconds:
         """Answers each request 2 ms after it is submitted, on the fake clock."""
@@ -450,8 +466,8 @@ def test_run_load_submits_on_time_in_order_and_counts_latency_from_the_planned_a
     batcher = TakesTwoMilliseconds()
     batcher.answered_at = {}
     start = clock.now + 0.005
-    answers, latencies, busy_s, lag_s = nb.run_load(batcher, torch.arange(4.0),
-                                                    [0.0, 0.001, 0.010, 0.011])
+    answers, latencies, busy_s, lag_s = nb.run_load(batcher, torch.arange(4.0), [0.0, 0.001, 0.010, 0.011],
+                                                    now=clock.perf_counter, sleep=clock.sleep)
     assert [a.item() for a in answers] == [0.0, 3.0, 6.0, 9.0]
     # request 1 is planned 1 ms after request 0 but submitted when request 0 is answered, 2 ms after
     assert batcher.submitted == [(0, pytest.approx(start)), (1, pytest.approx(start + 0.002)),
@@ -461,12 +477,11 @@ def test_run_load_submits_on_time_in_order_and_counts_latency_from_the_planned_a
     assert lag_s == pytest.approx(0.001), "the generator submitted requests 1 and 3 a millisecond late"
 
 
-def test_run_load_reads_the_time_the_batcher_stamped_not_a_done_callbacks(nb, monkeypatch):
+def test_run_load_reads_the_time_the_batcher_stamped_not_a_done_callbacks(nb):
     # The race of issue 37: stamping each answer's time in future.add_done_callback and reading the
     # stamps once every result() returned finds a stamp still None (a TypeError) whenever set_result
     # has woken the waiter but not yet run the callbacks. CallbacksLater makes that certain.
     clock = FakeClock()
-    monkeypatch.setitem(nb.run_load.__globals__, "time", clock)
 
     class AnswersWhenAllArrived:
         """Answers every request together once the last one arrives, 4 ms later on the fake clock,
@@ -487,7 +502,7 @@ def test_run_load_reads_the_time_the_batcher_stamped_not_a_done_callbacks(nb, mo
 
     CallbacksLater.held.clear()
     answers, latencies, busy_s, lag_s = nb.run_load(AnswersWhenAllArrived(3), torch.arange(3.0),
-                                                    [0.0, 0.001, 0.002])
+                                                    [0.0, 0.001, 0.002], clock.perf_counter, clock.sleep)
     assert [answer.item() for answer in answers] == [0.0, 2.0, 4.0]
     assert latencies == pytest.approx([0.006, 0.005, 0.004]) and busy_s == pytest.approx(0.006)
     assert lag_s == 0.0
@@ -517,7 +532,7 @@ def test_measure_capacity_times_one_at_a_time_with_every_request_waiting(nb):
     assert 20 < capacity <= 200, "at most 1 / 5 ms, less the queue and the hand-off between threads"
 
 
-# --- Step 5: backends, tolerances, the check and the timing table ---------------------------------------
+# --- Going deeper B: backends, tolerances, the check and the timing table -----------------------------
 
 def test_the_compilers_are_found_as_inductor_and_triton_call_them(nb):
     which = {"g++": "/usr/bin/g++", "clang++": "/x/clang++", "cl": "C:/cl", "gcc": "/usr/bin/gcc",
@@ -590,7 +605,24 @@ def test_speed_table_pairs_the_rounds_with_the_baseline(nb):
     assert table.loc["base", "ms_per_batch"] == 3000.0 and table.loc["base", "images_per_s"] == 3.33
 
 
-# --- Step 6: the plan, the fresh process and the shipped file's check -------------------------------------
+def test_time_variant_times_the_net_in_its_own_number_format_on_the_device_it_is_given(nb):
+    seen = []
+
+    class Half(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.zeros(1, dtype=torch.float16))
+
+        def forward(self, inputs):
+            seen.append((inputs.dtype, torch.is_inference_mode_enabled()))
+            return inputs
+
+    seconds = nb.time_variant(Half(), torch.ones(2, 3), torch.device("cpu"), calls=3)()
+    assert seen == [(torch.float16, True)] * 5, "two warm-up calls, then three timed ones"
+    assert 0 <= seconds < 1
+
+
+# --- Going deeper C: the plan, the fresh process and the shipped file's check ---------------------------
 
 @pytest.mark.gpu_branch("10", "aoti_plan: device_type == 'cuda' and (not has_triton)")
 @pytest.mark.gpu_branch("10", "aoti_plan: device_type == 'cuda' and (not toolkit)")
@@ -758,6 +790,14 @@ def test_the_figures_cell_reports_the_figures_the_issue_asks_for(nb):
     assert figures["fallback"].startswith("torch.compile with aot_eager instead of Inductor")
 
 
+# --- Going deeper A: the batcher's code, shown ------------------------------------------------------------
+
+def test_show_source_shows_a_methods_code_dedented_as_python(nb):
+    shown = nb.show_source(nb.DynamicBatcher.answer)
+    assert shown.data.startswith("def answer(self, batch):") and shown.language == "python"
+    assert "future.set_result(output)" in shown.data
+
+
 # --- The GPU branches of the cells, run with stand-ins shaped like PyTorch's API ----------------------------
 
 class StandInBatch:
@@ -838,8 +878,6 @@ def test_a_cuda_gpu_adds_a_float16_variant_checked_at_float16s_tolerance(nb, mon
     synchronized = []
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synchronized.append(device))
-    for name, value in {"FAST": True, "device": torch.device("cuda")}.items():  # time_variant's globals
-        monkeypatch.setitem(nb.time_variant.__globals__, name, value)
     model = tiny_model()
     namespace = {**vars(nb), "device": torch.device("cuda"), "model": model, "compiled": model,
                  "backend": "inductor", "batch": torch.randn(6, 3, 8, 8), "ROUNDS": 2, "FAST": True}
