@@ -798,6 +798,122 @@ def test_show_source_shows_a_methods_code_dedented_as_python(nb):
     assert "future.set_result(output)" in shown.data
 
 
+# --- The exercises: each check against the wrong answer a learner is likely to write --------------------
+
+def measured_sweep(ms_by_size):
+    import pandas as pd
+
+    return pd.DataFrame({"ms_per_batch": ms_by_size}).rename_axis("batch_size")
+
+
+@pytest.mark.exercise("10", "budget")
+def test_check_largest_batch_says_to_look_at_every_row_to_an_answer_that_stops_at_the_first_too_slow(nb):
+    def stops_at_the_first_too_slow(sweep, budget_ms):  # assumes time grows with the batch
+        best = None
+        for size, ms in sweep.ms_per_batch.items():
+            if ms > budget_ms:
+                break
+            best = size
+        return best
+
+    measured = measured_sweep({1: 0.5, 2: 0.6, 4: 0.9, 8: 1.6})  # growing: no row after a slower one
+    feedback = nb.check_largest_batch(stops_at_the_first_too_slow, measured)
+    assert feedback.startswith("NOT YET RIGHT: with a budget of 2 ms on a made-up sweep, it gives 4, "
+                               "but batch 16 takes 2 ms, within the budget")
+    assert "look at every row" in feedback
+    assert nb.check_largest_batch(nb.largest_batch_answer, measured) == (
+        "PASSED. Within 1 ms, twice one picture's time on your sweep, batches of up to 4 fit: 2.2 times "
+        "the pictures per second of one at a time.")
+
+
+def test_check_largest_batch_on_each_kind_of_wrong_answer(nb):
+    measured = measured_sweep({1: 0.5, 2: 0.6})
+    assert nb.check_largest_batch(lambda sweep, budget_ms: ..., measured).startswith("NOT DONE YET")
+    strictly_below = nb.check_largest_batch(
+        lambda sweep, budget_ms: max([size for size, ms in sweep.ms_per_batch.items() if ms < budget_ms],
+                                     default=None), measured)
+    assert strictly_below.startswith("NOT YET RIGHT: with a budget of 0.5 ms on Step 3's sweep, it gives "
+                                     "None, but batch 1 takes 0.5 ms, within the budget")
+    assert "count a time equal to the budget as within it" in strictly_below
+    assert "not even one picture fits: the answer is None" in nb.check_largest_batch(
+        lambda sweep, budget_ms: 1, measured)
+    assert "batch 2 takes 0.6 ms, over the budget: the answer is 1." in nb.check_largest_batch(
+        lambda sweep, budget_ms: 2 if budget_ms > 0.3 else None, measured)
+    assert "which is no batch size of the sweep" in nb.check_largest_batch(
+        lambda sweep, budget_ms: 0.5 if budget_ms > 0.3 else None, measured)
+    assert nb.check_largest_batch(lambda sweep, budget_ms: 1 / 0, measured) == (
+        "NOT YET RIGHT: it raised ZeroDivisionError: division by zero")
+
+
+@pytest.mark.exercise("10", "join")
+def test_check_joins_batch_says_the_delay_counts_from_the_first_request_not_the_latest(nb):
+    def from_the_latest(arrival, first_at, last_at, size, max_batch_size, max_delay_s):
+        return size < max_batch_size and arrival - last_at <= max_delay_s
+
+    assert nb.check_joins_batch(from_the_latest) == (
+        "NOT YET RIGHT: requests arriving at [0, 0.6, 1.2, 1.8, 2.4] ms, with max_batch_size 8 and a "
+        "delay of 1 ms, form batches of [5] with your rule; Step 4's forms [2, 2, 1]: the delay counts "
+        "from the batch's first request (first_at), not from the latest.")
+
+
+def test_check_joins_batch_on_its_other_lessons_and_on_step_4s_traffic(nb):
+    def no_limit(arrival, first_at, last_at, size, max_batch_size, max_delay_s):
+        return arrival - first_at <= max_delay_s
+
+    def strictly_within(arrival, first_at, last_at, size, max_batch_size, max_delay_s):
+        return size < max_batch_size and arrival - first_at < max_delay_s
+
+    assert nb.check_joins_batch(lambda *args: ...).startswith("NOT DONE YET")
+    assert nb.check_joins_batch(no_limit).endswith("a batch holds at most max_batch_size requests.")
+    assert nb.check_joins_batch(strictly_within).endswith(
+        "requests already waiting together share a batch, even with no delay.")
+    assert nb.check_joins_batch(lambda *args: args[9]).startswith("NOT YET RIGHT: it raised IndexError")
+    assert nb.check_joins_batch(nb.joins_batch_answer) == "PASSED."
+    traffic = [0.0, 0.0005, 0.001, 0.0035, 0.004]  # 1,000 per second
+    feedback = nb.check_joins_batch(nb.joins_batch_answer, traffic, delay_s=0.0006, max_batch_size=32)
+    assert feedback.startswith("PASSED. If answering took no time, Step 4's fastest traffic (1,000 "
+                               "requests per second) would form batches of 1.0 requests on average with "
+                               "no delay, 1.7 with Step 4's (600 µs) and 5.0 with ten times that.")
+    assert nb.batches_formed(traffic, nb.joins_by_the_rule, 32, 0.0006) == [2, 1, 2]
+    assert nb.batches_formed(traffic, nb.joins_by_the_rule, 2, 0.006) == [2, 2, 1]
+
+
+@pytest.fixture(scope="module")
+def eval_model(nb):
+    return nb.make_model().eval()
+
+
+@pytest.mark.exercise("10", "pad")
+def test_check_pad_batch_says_that_padding_to_the_largest_size_wastes_compute(nb, eval_model):
+    def to_the_largest(images, sizes=(8, 16, 32)):
+        return torch.cat([images, torch.zeros(max(sizes) - len(images), *images.shape[1:])])
+
+    assert nb.check_pad_batch(to_the_largest, eval_model, torch.device("cpu")) == (
+        "NOT YET RIGHT: a batch of 1 became shape (32, 3, 32, 32); the smallest of (8, 16, 32) that "
+        "holds it is 8, so (8, 3, 32, 32): padding to the largest size wastes compute.")
+
+
+def test_check_pad_batch_on_its_other_wrong_answers_and_the_notebooks_answer(nb, eval_model):
+    cpu = torch.device("cpu")
+
+    def zeros_first(images, sizes=(8, 16, 32)):
+        size = nb.padded_size(len(images), sizes)
+        return torch.cat([torch.zeros(size - len(images), *images.shape[1:]), images])
+
+    assert nb.check_pad_batch(lambda images, sizes: ..., eval_model, cpu).startswith("NOT DONE YET")
+    assert "the smallest of (8, 16, 32) that holds it is 8, so (8, 3, 32, 32)." in nb.check_pad_batch(
+        lambda images, sizes: images, eval_model, cpu)
+    assert "keep them first, in order" in nb.check_pad_batch(zeros_first, eval_model, cpu)
+    assert "raised TypeError" in nb.check_pad_batch(lambda images: images, eval_model, cpu)
+    in_train_mode = nb.make_model().train()  # dropout: the answers change from call to call
+    assert "is the model in eval mode" in nb.check_pad_batch(nb.pad_batch_answer, in_train_mode, cpu)
+    assert nb.check_pad_batch(nb.pad_batch_answer, eval_model, cpu, formed=[1, 3, 3, 9, 32, 7]) == (
+        "PASSED. Padded, 5 pictures get the answers they get alone, within float32's tolerance. Step "
+        "4's busiest run formed batches of 5 sizes; padded, they take 3 of (8, 16, 32): one warm-up per "
+        "size, and with reduce-overhead on a GPU one CUDA graph per size.")
+    assert [nb.padded_size(count, (8, 16, 32)) for count in (1, 8, 9, 16, 17, 32)] == [8, 8, 16, 16, 32, 32]
+
+
 # --- The GPU branches of the cells, run with stand-ins shaped like PyTorch's API ----------------------------
 
 class StandInBatch:
