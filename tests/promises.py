@@ -67,6 +67,9 @@ PROMISES = {
                 "the batcher's cost is its delay plus the larger batch's compute, not the delay alone"),
         Promise(r"memory the system cannot page out", "notebook", "what pinned memory is"),
         Promise(r"99 requests in 100 finish within it", "core", "what p99 means"),
+        Promise(r"99 requests in 100 finish within the p99", "notebook",
+                "the glossary's percentile, as the notebook's Words used here copies it: not 'the slowest "
+                "1 in 100' (issue 37)"),
         Promise(r"effective rate", "core",
                 "the knee's GFLOP/s is an effective rate, not comparable with a datasheet peak"),
         Promise(r"silently runs on the CPU", "notebook",

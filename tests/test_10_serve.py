@@ -1,8 +1,8 @@
-"""Notebook 10's helpers and decisions at their boundaries, its dynamic batcher with stand-in models, and
-its GPU branches run with stand-ins shaped like PyTorch's API (torch.cuda's streams and graphs, pinned
-memory, torch.compile's arguments). The notebook itself runs in nbval on the CPU (export, the fresh
-process, the batcher under Poisson traffic); nothing here is timed beyond generous bounds on the
-batcher's wait limit."""
+"""Notebook 10's helpers and decisions at their boundaries, its dynamic batcher with stand-in models, its
+exercises' checks against likely wrong answers, and its GPU branches run with stand-ins shaped like
+PyTorch's API (torch.cuda's streams and graphs, pinned memory, torch.compile's arguments). The notebook
+itself runs in nbval on the CPU (the batcher under Poisson traffic, export, the fresh process); nothing
+here is timed beyond generous bounds on the batcher's wait limit."""
 import sys
 import threading
 import time
@@ -15,24 +15,20 @@ from torch import nn
 
 from notebook_code import load_helpers, run_cell
 
-# The calls notebook 10 teaches, each in a visible code cell of its core (test_learner_first.py).
+# The calls notebook 10 teaches, each in a visible code cell of its core (test_learner_first.py): the
+# switches and the warm-up of Step 1, the synchronized clock of Step 2, the batch sweep of Step 3, and
+# how Step 4 uses the batcher (built in Going deeper A).
 TAUGHT_CALLS = [
     r"\.eval\(\)",
     r"torch\.inference_mode\(\)",
     r"torch\.no_grad",
+    r"\.cpu\(\)",
     r"synchronize\(device\)",
-    r"\.pin_memory\(\)",
-    r"non_blocking=True",
-    r"queue\.Queue\(\)",
-    r"threading\.Thread\(",
-    r"torch\.compile\(model, mode=\"reduce-overhead\"\)",
-    r"\.half\(\)",
-    r"torch\.testing\.assert_close\(",
-    r"torch\.export\.export\(.*dynamic_shapes=",
-    r"torch\.export\.save\(",
-    r"torch\._inductor\.aoti_compile_and_package\(",
-    r"torch\._inductor\.aoti_load_package\(",
-    r"torch\.export\.load\(",
+    r"time_it\(lambda: model\(batch\)",
+    r"DynamicBatcher\(model, device, max_batch_size=.*max_queue_delay_microseconds=",
+    r"\.submit\(",
+    r"\.result\(\)",
+    r"poisson_arrivals\(",
 ]
 
 
@@ -94,7 +90,7 @@ def test_on_a_gpu_p99_rests_on_at_least_20_requests_in_both_steps(nb):
 def test_step_2_sends_untimed_warm_up_requests_before_the_timed_ones(nb):
     calls, clock = [], FakeClock()
 
-    def one_request(model, image):  # 1 ms per request on the fake clock
+    def one_request(model, image, device):  # 1 ms per request on the fake clock
         calls.append(image.item())
         clock.now += 0.001
         return image.reshape(1, 1)
@@ -103,7 +99,7 @@ def test_step_2_sends_untimed_warm_up_requests_before_the_timed_ones(nb):
                  "torch": types.SimpleNamespace(randn=lambda count, *shape: torch.arange(float(count)),
                                                 cat=torch.cat),
                  "REQUESTS": 30, "WARM_UP": 5, "first_s": 0.5, "device": torch.device("cpu"),
-                 "draw_latencies": lambda latencies, first_s: None}
+                 "draw_latencies": lambda latencies, first_s, device: None}
     run_cell("10", "requests", namespace)
     assert calls == list(range(5)) + list(range(30)), "the warm-up first, then every request, timed"
     assert namespace["latencies"] == [pytest.approx(0.001)] * 30
@@ -120,14 +116,15 @@ def test_interleaved_rounds_rotate_the_order_and_spread_is_relative_to_the_media
     assert nb.spread_pct([1.0, 1.0, 4.0]) == 300.0, "relative to the median, not the mean"
 
 
-def test_time_mode_times_one_picture_calls_under_the_mode_it_is_given(nb, monkeypatch):
+def test_time_mode_times_calls_of_the_model_it_is_given_under_the_mode_it_is_given(nb):
     seen = []
     model = lambda batch: seen.append((len(batch), torch.is_inference_mode_enabled()))  # noqa: E731
-    for name, value in {"model": model, "images": torch.zeros(8, 3), "device": torch.device("cpu")}.items():
-        monkeypatch.setitem(nb.time_mode.__globals__, name, value)
-    seconds = nb.time_mode(torch.inference_mode, calls=4)()
+    seconds = nb.time_mode(torch.inference_mode, model, torch.zeros(1, 3), torch.device("cpu"), calls=4)()
     assert seen == [(1, True)] * 8, "time_it's warm-up round, then the timed one, of 4 calls each"
     assert 0 <= seconds < 1
+    seen.clear()
+    nb.time_mode(torch.no_grad, model, torch.zeros(2, 3), torch.device("cpu"), calls=1)()
+    assert seen == [(2, False)] * 2
 
 
 def test_the_inference_tensor_cell_keeps_every_tensor_on_the_device(nb):
@@ -339,6 +336,26 @@ def test_close_answers_what_is_waiting_before_the_thread_ends(nb):
     assert [future.result(timeout=1).item() for future in futures] == [2.0, 2.0]
 
 
+def test_the_cell_that_uses_the_batcher_submits_five_requests_and_reads_five_answers(nb):
+    model = RecordingModel()
+    namespace = {**vars(nb), "model": model, "device": torch.device("cpu"), "MAX_BATCH": 8,
+                 "requests": torch.arange(7.0).reshape(7, 1, 1)}
+    printed = run_cell("10", "batcher-use", namespace)
+    batcher = namespace["batcher"]
+    assert not batcher.thread.is_alive(), "the cell closes the batcher"
+    assert sum(batcher.batch_sizes) == 5 and sorted(batcher.served) == [0, 1, 2, 3, 4]
+    assert [answer.item() for answer in namespace["answers"]] == [0.0, 2.0, 4.0, 6.0, 8.0]
+    assert printed == f"5 requests, answered in batches of {batcher.batch_sizes}\n"
+
+
+def test_load_row_reports_the_percentiles_the_tail_the_rate_the_lag_and_the_mean_batch(nb):
+    row = nb.load_row(299.6, "dynamic batcher", [0.001] * 99 + [0.009], busy_s=0.5, lag_s=0.0002,
+                      batch_sizes=[1, 2, 3])
+    assert row == {"rate_per_s": 300, "server": "dynamic batcher", "p50_ms": 1.0, "p99_ms": 1.0,
+                   "slower_than_p99": 1, "served_per_s": 200.0, "lag_ms": pytest.approx(0.2),
+                   "mean_batch": 2}
+
+
 def test_answers_verdict_finds_missing_doubled_and_wrong_answers(nb):
     alone = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     answers = list(alone.clone())
@@ -429,9 +446,8 @@ class FakeClock:
         self.now += seconds
 
 
-def test_run_load_submits_on_time_in_order_and_counts_latency_from_the_planned_arrival(nb, monkeypatch):
+def test_run_load_submits_on_time_in_order_and_counts_latency_from_the_planned_arrival(nb):
     clock = FakeClock()
-    monkeypatch.setitem(nb.run_load.__globals__, "time", clock)
 
     class TakesTwoMilliseconds:
         """Answers each request 2 ms after it is submitted, on the fake clock."""
@@ -450,8 +466,8 @@ def test_run_load_submits_on_time_in_order_and_counts_latency_from_the_planned_a
     batcher = TakesTwoMilliseconds()
     batcher.answered_at = {}
     start = clock.now + 0.005
-    answers, latencies, busy_s, lag_s = nb.run_load(batcher, torch.arange(4.0),
-                                                    [0.0, 0.001, 0.010, 0.011])
+    answers, latencies, busy_s, lag_s = nb.run_load(batcher, torch.arange(4.0), [0.0, 0.001, 0.010, 0.011],
+                                                    now=clock.perf_counter, sleep=clock.sleep)
     assert [a.item() for a in answers] == [0.0, 3.0, 6.0, 9.0]
     # request 1 is planned 1 ms after request 0 but submitted when request 0 is answered, 2 ms after
     assert batcher.submitted == [(0, pytest.approx(start)), (1, pytest.approx(start + 0.002)),
@@ -461,12 +477,11 @@ def test_run_load_submits_on_time_in_order_and_counts_latency_from_the_planned_a
     assert lag_s == pytest.approx(0.001), "the generator submitted requests 1 and 3 a millisecond late"
 
 
-def test_run_load_reads_the_time_the_batcher_stamped_not_a_done_callbacks(nb, monkeypatch):
+def test_run_load_reads_the_time_the_batcher_stamped_not_a_done_callbacks(nb):
     # The race of issue 37: stamping each answer's time in future.add_done_callback and reading the
     # stamps once every result() returned finds a stamp still None (a TypeError) whenever set_result
     # has woken the waiter but not yet run the callbacks. CallbacksLater makes that certain.
     clock = FakeClock()
-    monkeypatch.setitem(nb.run_load.__globals__, "time", clock)
 
     class AnswersWhenAllArrived:
         """Answers every request together once the last one arrives, 4 ms later on the fake clock,
@@ -487,7 +502,7 @@ def test_run_load_reads_the_time_the_batcher_stamped_not_a_done_callbacks(nb, mo
 
     CallbacksLater.held.clear()
     answers, latencies, busy_s, lag_s = nb.run_load(AnswersWhenAllArrived(3), torch.arange(3.0),
-                                                    [0.0, 0.001, 0.002])
+                                                    [0.0, 0.001, 0.002], clock.perf_counter, clock.sleep)
     assert [answer.item() for answer in answers] == [0.0, 2.0, 4.0]
     assert latencies == pytest.approx([0.006, 0.005, 0.004]) and busy_s == pytest.approx(0.006)
     assert lag_s == 0.0
@@ -517,7 +532,7 @@ def test_measure_capacity_times_one_at_a_time_with_every_request_waiting(nb):
     assert 20 < capacity <= 200, "at most 1 / 5 ms, less the queue and the hand-off between threads"
 
 
-# --- Step 5: backends, tolerances, the check and the timing table ---------------------------------------
+# --- Going deeper B: backends, tolerances, the check and the timing table -----------------------------
 
 def test_the_compilers_are_found_as_inductor_and_triton_call_them(nb):
     which = {"g++": "/usr/bin/g++", "clang++": "/x/clang++", "cl": "C:/cl", "gcc": "/usr/bin/gcc",
@@ -590,7 +605,24 @@ def test_speed_table_pairs_the_rounds_with_the_baseline(nb):
     assert table.loc["base", "ms_per_batch"] == 3000.0 and table.loc["base", "images_per_s"] == 3.33
 
 
-# --- Step 6: the plan, the fresh process and the shipped file's check -------------------------------------
+def test_time_variant_times_the_net_in_its_own_number_format_on_the_device_it_is_given(nb):
+    seen = []
+
+    class Half(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.zeros(1, dtype=torch.float16))
+
+        def forward(self, inputs):
+            seen.append((inputs.dtype, torch.is_inference_mode_enabled()))
+            return inputs
+
+    seconds = nb.time_variant(Half(), torch.ones(2, 3), torch.device("cpu"), calls=3)()
+    assert seen == [(torch.float16, True)] * 5, "two warm-up calls, then three timed ones"
+    assert 0 <= seconds < 1
+
+
+# --- Going deeper C: the plan, the fresh process and the shipped file's check ---------------------------
 
 @pytest.mark.gpu_branch("10", "aoti_plan: device_type == 'cuda' and (not has_triton)")
 @pytest.mark.gpu_branch("10", "aoti_plan: device_type == 'cuda' and (not toolkit)")
@@ -758,6 +790,130 @@ def test_the_figures_cell_reports_the_figures_the_issue_asks_for(nb):
     assert figures["fallback"].startswith("torch.compile with aot_eager instead of Inductor")
 
 
+# --- Going deeper A: the batcher's code, shown ------------------------------------------------------------
+
+def test_show_source_shows_a_methods_code_dedented_as_python(nb):
+    shown = nb.show_source(nb.DynamicBatcher.answer)
+    assert shown.data.startswith("def answer(self, batch):") and shown.language == "python"
+    assert "future.set_result(output)" in shown.data
+
+
+# --- The exercises: each check against the wrong answer a learner is likely to write --------------------
+
+def measured_sweep(ms_by_size):
+    import pandas as pd
+
+    return pd.DataFrame({"ms_per_batch": ms_by_size}).rename_axis("batch_size")
+
+
+@pytest.mark.exercise("10", "budget")
+def test_check_largest_batch_says_to_look_at_every_row_to_an_answer_that_stops_at_the_first_too_slow(nb):
+    def stops_at_the_first_too_slow(sweep, budget_ms):  # assumes time grows with the batch
+        best = None
+        for size, ms in sweep.ms_per_batch.items():
+            if ms > budget_ms:
+                break
+            best = size
+        return best
+
+    measured = measured_sweep({1: 0.5, 2: 0.6, 4: 0.9, 8: 1.6})  # growing: no row after a slower one
+    feedback = nb.check_largest_batch(stops_at_the_first_too_slow, measured)
+    assert feedback.startswith("NOT YET RIGHT: with a budget of 2 ms on a made-up sweep, it gives 4, "
+                               "but batch 16 takes 2 ms, within the budget")
+    assert "look at every row" in feedback
+    assert nb.check_largest_batch(nb.largest_batch_answer, measured) == (
+        "PASSED. Within 1 ms, twice one picture's time on your sweep, batches of up to 4 fit: 2.2 times "
+        "the pictures per second of one at a time.")
+
+
+def test_check_largest_batch_on_each_kind_of_wrong_answer(nb):
+    measured = measured_sweep({1: 0.5, 2: 0.6})
+    assert nb.check_largest_batch(lambda sweep, budget_ms: ..., measured).startswith("NOT DONE YET")
+    strictly_below = nb.check_largest_batch(
+        lambda sweep, budget_ms: max([size for size, ms in sweep.ms_per_batch.items() if ms < budget_ms],
+                                     default=None), measured)
+    assert strictly_below.startswith("NOT YET RIGHT: with a budget of 0.5 ms on Step 3's sweep, it gives "
+                                     "None, but batch 1 takes 0.5 ms, within the budget")
+    assert "count a time equal to the budget as within it" in strictly_below
+    assert "not even one picture fits: the answer is None" in nb.check_largest_batch(
+        lambda sweep, budget_ms: 1, measured)
+    assert "batch 2 takes 0.6 ms, over the budget: the answer is 1." in nb.check_largest_batch(
+        lambda sweep, budget_ms: 2 if budget_ms > 0.3 else None, measured)
+    assert "which is no batch size of the sweep" in nb.check_largest_batch(
+        lambda sweep, budget_ms: 0.5 if budget_ms > 0.3 else None, measured)
+    assert nb.check_largest_batch(lambda sweep, budget_ms: 1 / 0, measured) == (
+        "NOT YET RIGHT: it raised ZeroDivisionError: division by zero")
+
+
+@pytest.mark.exercise("10", "join")
+def test_check_joins_batch_says_the_delay_counts_from_the_first_request_not_the_latest(nb):
+    def from_the_latest(arrival, first_at, last_at, size, max_batch_size, max_delay_s):
+        return size < max_batch_size and arrival - last_at <= max_delay_s
+
+    assert nb.check_joins_batch(from_the_latest) == (
+        "NOT YET RIGHT: requests arriving at [0, 0.6, 1.2, 1.8, 2.4] ms, with max_batch_size 8 and a "
+        "delay of 1 ms, form batches of [5] with your rule; Step 4's forms [2, 2, 1]: the delay counts "
+        "from the batch's first request (first_at), not from the latest.")
+
+
+def test_check_joins_batch_on_its_other_lessons_and_on_step_4s_traffic(nb):
+    def no_limit(arrival, first_at, last_at, size, max_batch_size, max_delay_s):
+        return arrival - first_at <= max_delay_s
+
+    def strictly_within(arrival, first_at, last_at, size, max_batch_size, max_delay_s):
+        return size < max_batch_size and arrival - first_at < max_delay_s
+
+    assert nb.check_joins_batch(lambda *args: ...).startswith("NOT DONE YET")
+    assert nb.check_joins_batch(no_limit).endswith("a batch holds at most max_batch_size requests.")
+    assert nb.check_joins_batch(strictly_within).endswith(
+        "requests already waiting together share a batch, even with no delay.")
+    assert nb.check_joins_batch(lambda *args: args[9]).startswith("NOT YET RIGHT: it raised IndexError")
+    assert nb.check_joins_batch(nb.joins_batch_answer) == "PASSED."
+    traffic = [0.0, 0.0005, 0.001, 0.0035, 0.004]  # 1,000 per second
+    feedback = nb.check_joins_batch(nb.joins_batch_answer, traffic, delay_s=0.0006, max_batch_size=32)
+    assert feedback.startswith("PASSED. If answering took no time, Step 4's fastest traffic (1,000 "
+                               "requests per second) would form batches of 1.0 requests on average with "
+                               "no delay, 1.7 with Step 4's (600 µs) and 5.0 with ten times that.")
+    assert nb.batches_formed(traffic, nb.joins_by_the_rule, 32, 0.0006) == [2, 1, 2]
+    assert nb.batches_formed(traffic, nb.joins_by_the_rule, 2, 0.006) == [2, 2, 1]
+
+
+@pytest.fixture(scope="module")
+def eval_model(nb):
+    return nb.make_model().eval()
+
+
+@pytest.mark.exercise("10", "pad")
+def test_check_pad_batch_says_that_padding_to_the_largest_size_wastes_compute(nb, eval_model):
+    def to_the_largest(images, sizes=(8, 16, 32)):
+        return torch.cat([images, torch.zeros(max(sizes) - len(images), *images.shape[1:])])
+
+    assert nb.check_pad_batch(to_the_largest, eval_model, torch.device("cpu")) == (
+        "NOT YET RIGHT: a batch of 1 became shape (32, 3, 32, 32); the smallest of (8, 16, 32) that "
+        "holds it is 8, so (8, 3, 32, 32): padding to the largest size wastes compute.")
+
+
+def test_check_pad_batch_on_its_other_wrong_answers_and_the_notebooks_answer(nb, eval_model):
+    cpu = torch.device("cpu")
+
+    def zeros_first(images, sizes=(8, 16, 32)):
+        size = nb.padded_size(len(images), sizes)
+        return torch.cat([torch.zeros(size - len(images), *images.shape[1:]), images])
+
+    assert nb.check_pad_batch(lambda images, sizes: ..., eval_model, cpu).startswith("NOT DONE YET")
+    assert "the smallest of (8, 16, 32) that holds it is 8, so (8, 3, 32, 32)." in nb.check_pad_batch(
+        lambda images, sizes: images, eval_model, cpu)
+    assert "keep them first, in order" in nb.check_pad_batch(zeros_first, eval_model, cpu)
+    assert "raised TypeError" in nb.check_pad_batch(lambda images: images, eval_model, cpu)
+    in_train_mode = nb.make_model().train()  # dropout: the answers change from call to call
+    assert "is the model in eval mode" in nb.check_pad_batch(nb.pad_batch_answer, in_train_mode, cpu)
+    assert nb.check_pad_batch(nb.pad_batch_answer, eval_model, cpu, formed=[1, 3, 3, 9, 32, 7]) == (
+        "PASSED. Padded, 5 pictures get the answers they get alone, within float32's tolerance. Step "
+        "4's busiest run formed batches of 5 sizes; padded, they take 3 of (8, 16, 32): one warm-up per "
+        "size, and with reduce-overhead on a GPU one CUDA graph per size.")
+    assert [nb.padded_size(count, (8, 16, 32)) for count in (1, 8, 9, 16, 17, 32)] == [8, 8, 16, 16, 32, 32]
+
+
 # --- The GPU branches of the cells, run with stand-ins shaped like PyTorch's API ----------------------------
 
 class StandInBatch:
@@ -838,8 +994,6 @@ def test_a_cuda_gpu_adds_a_float16_variant_checked_at_float16s_tolerance(nb, mon
     synchronized = []
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synchronized.append(device))
-    for name, value in {"FAST": True, "device": torch.device("cuda")}.items():  # time_variant's globals
-        monkeypatch.setitem(nb.time_variant.__globals__, name, value)
     model = tiny_model()
     namespace = {**vars(nb), "device": torch.device("cuda"), "model": model, "compiled": model,
                  "backend": "inductor", "batch": torch.randn(6, 3, 8, 8), "ROUNDS": 2, "FAST": True}
@@ -938,11 +1092,3 @@ def test_onnx_asks_for_the_gpu_provider_first_and_notices_a_quiet_fallback(nb):
         "ONNX Runtime fell back to CPUExecutionProvider: CUDAExecutionProvider did not load")
     assert "fell back to nothing" in nb.provider_verdict(wanted, [])
 
-
-
-def test_the_glossary_reads_p99_as_99_in_100_finishing_within_it():
-    from notebook_code import REPO
-
-    glossary = " ".join((REPO / "GLOSSARY.md").read_text().split())
-    entry = glossary.split("**percentile (p50, p95, p99)**:")[1].split("- **")[0]
-    assert "99 requests in 100 finish within the p99" in entry and "slowest 1 in 100" not in entry
