@@ -806,6 +806,19 @@ def test_every_variant_a_cpu_can_run_keeps_the_results(tiny_setting):
     assert list(table.index) == [variant["name"] for variant in variants]
 
 
+def test_measure_setting_trains_every_step_of_a_variant_with_its_own_training_step(tiny_setting):
+    # Step 5's variant brings its own step (mixed_precision_step): it must run in the timed rounds, the
+    # first step and the steps that finish the run, or the table would show float32 under its name.
+    taken = []
+
+    def own_step(run, times=None):
+        taken.append(run.batch_size)
+        nb.train_step(run, times)
+
+    rows = nb.measure_setting(tiny_setting, [{"name": "baseline"}, {"name": "own", "step": own_step}])
+    assert len(taken) == 41 and "loss" in rows[1]
+
+
 # --- the profile: its table, the timeline, and the GPU's share -------------------------------------
 
 def average(key, self_cpu_us, cpu_us, self_gpu_us=0.0, count=3):
