@@ -17,7 +17,8 @@ Job, a Run), so these tests call them directly on the CPU.
 Last, they run whole the notebook's cells that a GPU, a Mac and a CPU take different ways through
 (notebook_code.run_cell), with stand-ins where only the device can answer, shaped like PyTorch's own
 answers: torch.cuda.get_device_capability's (major, minor), and a profile of a GPU run made of the
-profiler's own FunctionEvent and EventList classes.
+profiler's own FunctionEvent and EventList classes; and each exercise's check with the wrong answer a
+learner is likely to write.
 """
 import ast
 import contextlib
@@ -1703,6 +1704,71 @@ def test_what_the_fastai_runs_say_on_a_gpu_and_elsewhere(device_type, mixed, dty
     printed = run_cell("05", "fastai-say", namespace)
     assert (expected in printed) if expected else printed == ""
     assert printed.startswith(f"On {device_type}, learn.{mixed}()") or not dtypes
+
+
+# --- the exercises: each check with the wrong answer a learner is likely to write ------------------
+# The nbval run checks that each untouched starter says NOT DONE YET and each answer PASSED (conftest.py);
+# here each check meets a likely wrong answer and must say what is wrong.
+
+@pytest.mark.exercise("05", "part-times")
+def test_exercise_1_says_a_timing_in_seconds_is_not_in_milliseconds(shapes_module):
+    job = tiny_job(shapes_module, feed="decode on every read")
+    baseline_s = {"data": 0.004, "forward": 0.001, "backward": 0.001, "optimizer": 0.001}
+
+    def in_seconds(run, steps, warmup=2):  # Step 1's loop, copied without the * 1000
+        for _ in range(warmup):
+            nb.train_step(run)
+        times = {}
+        for _ in range(steps):
+            nb.train_step(run, times)
+        return {label: statistics.median(seconds) for label, seconds in times.items()}
+
+    said = nb.check_part_medians(in_seconds, job, 1, baseline_s)
+    assert said.startswith("NOT YET RIGHT: your parts add up to ") and "(seconds, not milliseconds?)" in said
+
+
+def test_exercise_1_says_how_many_steps_ran_when_the_warm_up_is_missing_and_passes_its_answer(shapes_module):
+    job = tiny_job(shapes_module, feed="decode on every read")
+    baseline_s = {"data": 0.004, "forward": 0.001, "backward": 0.001, "optimizer": 0.001}
+
+    def without_warm_up(run, steps, warmup=2):
+        times = {}
+        for _ in range(steps):
+            nb.train_step(run, times)
+        return {label: 1000 * statistics.median(seconds) for label, seconds in times.items()}
+
+    said = nb.check_part_medians(without_warm_up, job, 0, baseline_s)
+    assert said == "NOT YET RIGHT: 4 training steps ran; with warmup=2 and steps=4 there should be 6"
+    assert nb.check_part_medians(lambda run, steps, warmup=2: None, job, 0, baseline_s).startswith(
+        "NOT DONE YET")
+    answer = nb.part_medians_ms_answer  # the notebook's answer, loaded with its helpers
+    said = nb.check_part_medians(answer, job, 1, baseline_s)
+    assert said.startswith("PASSED: with 1 workers the data part took ") and "against 4.00 ms" in said
+
+
+@pytest.mark.exercise("05", "forward-flops")
+def test_exercise_2_says_the_backward_pass_was_counted_too():
+    model, images = nb.make_cnn(4), torch.randn(2, 3, 16, 16)
+    with FlopCounterMode(display=False) as counter:  # the forward and the backward pass
+        model(images).sum().backward()
+    said = nb.check_forward_flops(counter.get_total_flops(), model, images)
+    assert said.startswith("NOT YET RIGHT: you counted 2.") and said.endswith(
+        "(did the backward pass run inside the counter too?)")
+    assert nb.check_forward_flops(0, model, images).startswith("NOT DONE YET")
+    with FlopCounterMode(display=False) as counter:
+        model(images)
+    assert nb.check_forward_flops(counter.get_total_flops(), model, images).startswith("PASSED: ")
+
+
+@pytest.mark.exercise("05", "t4-costs")
+def test_exercise_3_says_an_arithmetic_time_multiplied_instead_of_divided_is_off():
+    operations, flops = 150.0, 1.62e9
+    said = nb.check_t4_costs(150.0 * 10e-6, flops * 8.1e12, operations, flops, 10e-6, 8.1e12)
+    assert said.startswith("NOT YET RIGHT: your arithmetic time is 1.31e+22 s, 6.56e+25 times the 0.0002 s")
+    assert nb.check_t4_costs(..., ..., operations, flops, 10e-6, 8.1e12).startswith("NOT DONE YET")
+    said = nb.check_t4_costs(150.0 * 10e-6, flops / 8.1e12, operations, flops, 10e-6, 8.1e12)
+    assert said == ("PASSED: 1.500 ms of launches against 0.200 ms of arithmetic: on such a GPU the big "
+                    "model's training step would be launch-bound, if its data keeps up")
 
 
 # --- the taught calls: in view where the prose teaches them -------------------------------------
