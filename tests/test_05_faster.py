@@ -1,4 +1,4 @@
-"""Unit tests for notebook 05's helpers (Find the bottleneck, then make training faster).
+"""Tests of notebook 05's helpers and cells (Find the bottleneck, then make training faster).
 
 They call the notebook's decisions with made-up inputs, each at the exact edge of its conditions: the
 bottleneck verdict, the DataLoader workers per start method (and what fastai really starts), the
@@ -10,21 +10,26 @@ profiler's own).
 They also run for real, on the CPU, every variant of the notebook that PyTorch lets a CPU run: the
 float16 step with a GradScaler (torch.amp.GradScaler("cpu") and torch.autocast("cpu", float16)),
 bfloat16 autocast, channels_last, the fused optimizer, torch.compile with aot_eager, DataLoader workers
-started with `spawn`; and they check, as the notebook's Step 6 only prints, that each keeps the results.
-Each test says what only a GPU can show. The variant names come from the notebook's own functions.
+started with `spawn`; and they check, as the notebook only prints, that each keeps the results. Each
+test says what only a GPU can show. The helpers take the device, the sizes and the data they use (a
+Job, a Run), so these tests call them directly on the CPU.
 
-Last, they run whole the notebook's top-level cells that a GPU, a Mac and a CPU take different ways
-through (notebook_code.run_cell), with stand-ins where only the device can answer, shaped like PyTorch's
-own answers: torch.cuda.get_device_capability's (major, minor), and a profile of a GPU run made of the
-profiler's own FunctionEvent and EventList classes.
+Last, they run whole the notebook's cells that a GPU, a Mac and a CPU take different ways through
+(notebook_code.run_cell), with stand-ins where only the device can answer, shaped like PyTorch's own
+answers: torch.cuda.get_device_capability's (major, minor), and a profile of a GPU run made of the
+profiler's own FunctionEvent and EventList classes; and each exercise's check with the wrong answer a
+learner is likely to write.
 """
 import ast
+import contextlib
 import itertools
 import logging
 import math
 import os
 import re
+import statistics
 import sys
+import time
 import types
 import warnings
 
@@ -35,30 +40,26 @@ from torch import nn
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.data import DataLoader
+from torch.utils.flop_counter import FlopCounterMode
 
-from notebook_code import (code_cells, core_cells, core_markdown, load_helpers, notebook_path, read, run_cell,
-                           visible_core_code_cells)
+from notebook_code import code_cells, core_cells, load_helpers, notebook_path, read, run_cell
 
 nb = load_helpers("05")
 NOTEBOOK = read(notebook_path("05"))
 CPU = torch.device("cpu")
 
-# The calls notebook 05 teaches, each in a visible code cell of its core (test_learner_first.py checks it):
-# the DataLoader's worker and pinned-memory arguments and the copy that does not wait, the
-# timing of a part of a training step (synchronize, then read the clock), the profiler, Adam's fused form,
-# and mixed precision as PyTorch's AMP recipe writes it. The tests below check, with stand-ins that record
-# each call, that the ones whose effect a CPU cannot show are made with the arguments the prose says.
+# The calls notebook 05 teaches, each in a visible code cell of its core where the prose teaches it
+# (test_learner_first.py checks it): the timing of a part of a training step (synchronize, then read
+# the clock) and the loop that times each part over many training steps after a warm-up, the profiler,
+# the FLOP count, the DataLoader's workers (Step 3's fix) and Adam's fused form (Step 4's fix).
 TAUGHT_CALLS = [
-    r"DataLoader\(.*num_workers=workers, persistent_workers=workers > 0,\s*pin_memory=device\.type == \"cuda\"",
-    r"\.to\(device, non_blocking=True",
     r"synchronize\(device\).*\n.*time\.perf_counter\(\) - start",
+    r"for _ in range\(2\):  # warm-up, untimed\s+train_step\(run\)",
+    r"for _ in range\(PART_STEPS\):\s+train_step\(run, times\)\s+.*statistics\.median\(seconds\)",
     r"with profile\(activities=",
+    r"with FlopCounterMode\(display=False\) as counter:\s+model\(images\)\.sum\(\)\.backward\(\)",
+    r"DataLoader\(.*num_workers=workers, persistent_workers=workers > 0,\s*pin_memory=",
     r"torch\.optim\.Adam\(parameters, lr=LEARNING_RATE, fused=True\)",
-    r"torch\.autocast\(device\.type, dtype=run\.dtype\)",
-    r"torch\.amp\.GradScaler\(device\.type, enabled=",
-    r"run\.scaler\.scale\(loss\)\.backward\(\)",
-    r"run\.scaler\.step\(run\.optimizer\)",
-    r"run\.scaler\.update\(\)",
 ]
 
 CPU_AT_04 = {"launch_s": 25e-6, "flop_per_s": 100e9}  # about what notebook 04 measured on 2 cores
@@ -76,13 +77,19 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.fixture
-def on_cpu(monkeypatch):
-    """The notebook's namespace with device = cpu and its one-time constants, for runs on the CPU."""
-    namespace = nb.new_run.__globals__
-    for name, value in {"device": CPU, "LEARNING_RATE": 3e-3, "ON_GPU": False}.items():
-        monkeypatch.setitem(namespace, name, value)
-    return namespace
+@pytest.fixture(scope="module")
+def shapes_module(tmp_path_factory):
+    """The notebook's dataset module, written to a temporary folder and imported from there."""
+    return nb.load_dataset_module(tmp_path_factory.mktemp("nb05_code"))
+
+
+TINY = dict(feed="decoded, on the device", batch_size=8, width=4, image_size=16, source_size=32,
+            count=64, steps=41)  # 41 steps: 3 rounds of 2 warm-up steps leave one to finish a run
+
+
+def tiny_job(shapes_module, **changes):
+    """The notebook's Job for a small setting of its own, on the CPU, made by the notebook's make_job."""
+    return nb.make_job("tiny", {**TINY, **changes}, shapes_module, CPU, rounds=3, test_count=32)
 
 
 # --- the verdict: data-bound, launch-bound or compute-bound -----------------------------------------
@@ -109,6 +116,19 @@ def test_the_same_step_can_be_compute_bound_on_a_cpu_and_launch_bound_on_a_gpu()
     assert nb.classify_step(**step, **T4_LIKE) == "launch-bound"
 
 
+def test_the_verdict_table_holds_each_settings_times_costs_and_verdict():
+    step_parts = {"heavy data": {"data": 0.030, "forward": 0.004, "backward": 0.005, "optimizer": 0.001},
+                  "big model": {"data": 0.0001, "forward": 0.020, "backward": 0.030, "optimizer": 0.001}}
+    operations = pd.DataFrame({"forward": [20.0, 20.0], "backward": [30.0, 30.0], "optimizer": [100.0, 100.0]},
+                              index=["heavy data", "big model"])
+    flops = {"heavy data": 1e7, "big model": 5e9}
+    table = nb.verdict_table(step_parts, operations, flops, **CPU_AT_04)
+    assert list(table.verdict) == ["data-bound", "compute-bound"]
+    big = table.loc["big model"]
+    assert (big.data_ms, big.compute_ms, big.operations) == (0.1, 51.0, 150.0)  # rounded to 0.001 ms
+    assert (big.launch_cost_ms, big.gflop, big.arithmetic_ms) == (3.75, 5.0, 50.0)
+
+
 # --- DataLoader workers and the start method ---------------------------------------------------------
 
 def test_fork_workers_inherit_the_class_so_any_dataset_works():
@@ -129,12 +149,6 @@ def test_no_workers_asked_for_means_none_and_one_asked_for_means_one():
     assert nb.choose_num_workers(1, "spawn", dataset_importable=True)[0] == 1
 
 
-@pytest.fixture(scope="module")
-def shapes_module(tmp_path_factory):
-    """The notebook's dataset module, written to a temporary folder and imported from there."""
-    return nb.load_dataset_module(tmp_path_factory.mktemp("nb05_code"))
-
-
 def test_the_dataset_module_is_written_imported_and_deterministic(shapes_module):
     assert shapes_module.__name__ == nb.DATASET_MODULE
     assert shapes_module.__file__.endswith(f"{nb.DATASET_MODULE}.py")
@@ -145,17 +159,29 @@ def test_the_dataset_module_is_written_imported_and_deterministic(shapes_module)
     assert torch.equal(data[5][0], image)  # the same augmentation every time, in every process
 
 
+def test_the_dataset_module_is_rewritten_only_when_its_code_changed(tmp_path):
+    nb.load_dataset_module(tmp_path)
+    path = tmp_path / f"{nb.DATASET_MODULE}.py"  # (the module itself may come from an earlier import)
+    os.utime(path, ns=(0, 0))  # mark the file: a rewrite would give it a new modification time
+    nb.load_dataset_module(tmp_path)
+    assert os.stat(path).st_mtime_ns == 0
+    with open(path, "a") as file:
+        file.write("# changed by hand\n")
+    nb.load_dataset_module(tmp_path)
+    assert os.stat(path).st_mtime_ns != 0 and "changed by hand" not in open(path).read()
+
+
 def loader_batches(loader):
     """Every batch of one epoch, as a list of (images, labels)."""
     return [(images.clone(), labels.clone()) for images, labels in loader]
 
 
-def test_spawned_workers_import_the_dataset_module_and_give_the_same_batches(shapes_module, on_cpu):
+def test_spawned_workers_import_the_dataset_module_and_give_the_baselines_batches(shapes_module):
     data = shapes_module.MadeUpShapes(12, source_size=48, image_size=16, seed=4)
-    in_process = loader_batches(nb.image_loader(data, batch_size=4, workers=0))
-    loader = nb.image_loader(data, batch_size=4, workers=1)
+    baseline = DataLoader(data, batch_size=4, drop_last=True, sampler=nb.shuffled(data))  # make_run's
+    loader = nb.loader_with_workers(data, 4, workers=1, device=CPU)
     loader.multiprocessing_context = "spawn"  # a fresh Python, as on Windows and macOS
-    with_workers = loader_batches(loader)
+    with_workers, in_process = loader_batches(loader), loader_batches(baseline)
     assert len(with_workers) == len(in_process) == 3
     for (images_a, labels_a), (images_b, labels_b) in zip(in_process, with_workers):
         assert torch.equal(images_a, images_b) and torch.equal(labels_a, labels_b)
@@ -171,6 +197,23 @@ def test_a_class_that_lives_only_in_this_process_cannot_go_to_spawned_workers():
         next(iter(loader))
 
 
+@pytest.mark.parametrize("device_type, workers", [("cuda", 2), ("cuda", 0), ("cpu", 2), ("cpu", 0),
+                                                  ("mps", 2)])
+def test_the_fix_starts_workers_keeps_them_and_pins_memory_for_a_cuda_gpu_only(device_type, workers):
+    # Step 3's prose: num_workers worker processes, persistent_workers=True keeps them between epochs
+    # (PyTorch refuses it without workers), pinned memory for copies to a CUDA GPU. A DataLoader starts
+    # no worker and pins nothing before it is iterated, so the CPU can build the GPU's loader.
+    loader = nb.loader_with_workers(list(range(64)), 32, workers, torch.device(device_type))
+    assert (loader.num_workers, loader.persistent_workers) == (workers, workers > 0)
+    assert loader.pin_memory is (device_type == "cuda")
+    assert loader.batch_size == 32 and loader.drop_last is True
+
+
+def test_data_variants_add_the_fix_only_when_workers_can_run():
+    assert nb.data_variants(0) == [{"name": "baseline: num_workers=0"}]
+    assert nb.data_variants(2)[1] == {"name": "num_workers=2", "workers": 2}
+
+
 def test_on_device_batches_cover_every_picture_once_per_epoch_in_a_fixed_order():
     images, labels = torch.arange(10.0).reshape(10, 1), torch.arange(10)
     first = nb.on_device_batches(images, labels, batch_size=3, seed=1)
@@ -179,6 +222,24 @@ def test_on_device_batches_cover_every_picture_once_per_epoch_in_a_fixed_order()
     assert all(len(batch_labels) == 3 for _, batch_labels in epoch)
     assert len(set(torch.cat([batch_labels for _, batch_labels in epoch]).tolist())) == 9
     assert all(torch.equal(a[1], next(again)[1]) for a in epoch)
+
+
+def test_a_job_decodes_on_the_device_only_where_its_setting_says_so(shapes_module):
+    on_device = tiny_job(shapes_module)
+    images, labels = on_device.decoded
+    assert images.shape == (64, 3, 16, 16) and labels.tolist()[:5] == [0, 1, 2, 3, 0]
+    assert on_device.test[0].shape == (32, 3, 16, 16) and on_device.device == CPU
+    every_read = tiny_job(shapes_module, feed="decode on every read")
+    assert every_read.decoded is None and len(every_read.train) == 64
+
+
+def test_a_setting_that_decodes_on_every_read_gets_endless_batches_from_a_dataloader(shapes_module):
+    job = tiny_job(shapes_module, feed="decode on every read")
+    for variant in ({}, {"workers": 1}):  # the baseline, and Step 3's fix
+        run = nb.make_run(job, variant)
+        shapes = [tuple(images.shape) for images, _ in itertools.islice(run.batches, 64 // 8 + 2)]
+        assert shapes == [(8, 3, 16, 16)] * (64 // 8 + 2)  # the loader starts again after an epoch
+        run.batches.close()
 
 
 # --- fastai's DataLoader: what it really starts --------------------------------------------
@@ -202,13 +263,6 @@ def test_fastai_on_linux_keeps_workers_and_on_a_mac_drops_them_even_outside_a_no
     assert nb.fastai_num_workers(4, "darwin", in_notebook=False) == (0, "fastai uses no workers on macOS")
     assert nb.fastai_num_workers(4, "win32", in_notebook=False)[0] == 4
     assert nb.fastai_num_workers(4, "win32", in_notebook=True)[0] == 0
-
-
-def test_the_fastai_section_says_where_fastai_drops_the_workers():
-    text = " ".join(" ".join(cell.source.split()) for cell in NOTEBOOK.cells if cell.cell_type == "markdown")
-    section = text[text.index("The same tricks in fastai"):]
-    assert "num_workers=0" in section and "macOS" in section and "Windows" in section
-    assert "Linux only" in section
 
 
 # --- torch.compile: the compilers and the backend ---------------------------------------------------
@@ -359,6 +413,15 @@ def test_the_t4_reason_names_the_missing_bfloat16_tensor_cores():
     assert "bfloat16 Tensor Cores" in nb.autocast_plan("cuda", (8, 0))[2]
 
 
+def test_the_autocast_plan_never_asks_is_bf16_supported(monkeypatch):
+    # By default torch.cuda.is_bf16_supported() counts emulation and says True on a T4, where bfloat16
+    # has no Tensor Cores (torch/cuda/__init__.py: is_bf16_supported(including_emulation=True)); the
+    # plan decides by the compute capability.
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: pytest.fail("asked"))
+    assert nb.autocast_plan("cuda", (7, 5))[:2] == (torch.float16, True)
+    assert nb.autocast_plan("cuda", (8, 0))[:2] == (torch.bfloat16, False)
+
+
 @pytest.mark.parametrize("flags, starts_with", [
     ({"avx2", "avx512f", "amx_tile", "amx_bf16", "avx512_bf16"}, "AMX"),
     ({"avx2", "avx512f", "avx512_bf16"}, "AVX512-BF16"),
@@ -381,13 +444,6 @@ def test_cpu_flags_reads_x86_and_arm_cpuinfo_and_tolerates_no_file(tmp_path):
     assert nb.cpu_flags(tmp_path / "missing") == set()
 
 
-def test_the_prose_gets_the_cpu_generations_and_tf32_right():
-    text = " ".join(" ".join(cell.source.split()) for cell in NOTEBOOK.cells if cell.cell_type == "markdown")
-    assert "Cooper Lake and newer" not in text and "not Ice Lake" in text
-    assert "TF32** is not a 16-bit format" in text and "10-bit mantissa" in text
-    assert "(bfloat16, float16, TF32)" not in text
-
-
 def tf32_switch():
     """The TF32 setting for matrix products: the new API from PyTorch 2.9, the old one before."""
     matmul = torch.backends.cuda.matmul
@@ -404,7 +460,19 @@ def test_run_conditions_switch_tf32_the_autotuner_and_threads_for_one_run_only()
     assert (torch.get_num_threads(), torch.backends.cudnn.benchmark, tf32_switch()) == before
 
 
-# --- every variant of the notebook: names read from the notebook's own functions ----------------------
+def test_before_pytorch_2_9_run_conditions_switch_tf32_with_allow_tf32(monkeypatch):
+    # PyTorch 2.8 and older (Colab's and Kaggle's images can lag) have no matmul.fp32_precision; their
+    # switch is torch.backends.cuda.matmul.allow_tf32, a bool (PyTorch's CUDA semantics notes).
+    old_matmul = types.SimpleNamespace(allow_tf32=False)
+    monkeypatch.setattr(torch.backends.cuda, "matmul", old_matmul)
+    with nb.run_conditions(tf32=False):
+        assert old_matmul.allow_tf32 is False
+    with nb.run_conditions(tf32=True):
+        assert old_matmul.allow_tf32 is True
+    assert old_matmul.allow_tf32 is False and not hasattr(old_matmul, "fp32_precision")
+
+
+# --- every variant of the notebook: names read from the notebook's own functions and cells ------------
 
 VARIANT_KEYS = {"name", "workers", "threads", "optimizer", "compile", "mode", "changes",
                 "recipe_change", "step", "dtype", "scaler", "precision", "channels_last", "tf32",
@@ -427,17 +495,33 @@ MACHINES = {  # what the notebook's own decisions give on each kind of machine
 }
 
 
+def step_4_variants(device_type, calls=None):
+    """The variants Step 4's visible cell measures on `device_type`: the cell run whole, with a
+    measure_setting that records what it is given, and torch.optim.Adam recording its calls."""
+    measured = []
+    namespace = {**vars(nb), "device": torch.device(device_type), "results": [],
+                 "jobs": {"tiny batches": "the tiny-batches job"}, "compare": lambda rows, setting: None,
+                 "measure_setting": lambda job, variants: measured.append((job, variants)) or []}
+    if calls is not None:
+        namespace["torch"] = StandInTorch(calls)
+    run_cell("05", "fused-fix", namespace)
+    [(job, variants)] = measured
+    assert job == "the tiny-batches job"
+    return variants
+
+
 def notebook_variants(machine):
-    """{setting: [variants of the core, variants of Going deeper]} as the notebook builds them."""
+    """{setting: [variants of the core or of Going deeper A, variants of Going deeper B]}."""
     m = MACHINES[machine]
     dtype, scaler, _ = nb.autocast_plan(m["device"], m["capability"], torch_version=m["torch_version"])
     fused_need = nb.fused_adam_need(m["device"])
     on_gpu = m["device"] == "cuda"
     return {
         "heavy data": [nb.data_variants(m["workers"]), nb.more_data_variants(m["workers"], m["cores"])],
-        "tiny batches": [nb.launch_variants(fused_need), nb.more_launch_variants(
+        "tiny batches": [step_4_variants(m["device"]), nb.more_launch_variants(
             m["backend"], fused_need, nb.cuda_graphs_need(m["device"], m["backend"]))],
-        "big model": [nb.compute_variants(dtype, scaler), nb.more_compute_variants(on_gpu, m["capability"])],
+        "big model": [nb.compute_variants(dtype, scaler, m["device"]),
+                      nb.more_compute_variants(on_gpu, m["capability"])],
     }
 
 
@@ -457,10 +541,10 @@ def test_every_variant_list_starts_with_its_baseline_and_every_fix_has_a_gpu_not
                     assert on_gpu and when, (machine, variant["name"])
 
 
-def test_on_a_cpu_the_core_measures_one_fix_per_limit_and_only_gpu_switches_wait():
+def test_on_a_cpu_one_fix_per_limit_runs_and_only_gpu_switches_wait():
     variants = notebook_variants("2-core CPU")
-    for setting, (core, _) in variants.items():
-        assert len(core) == 2 and not core[1].get("needs"), setting
+    for setting, (first, _) in variants.items():
+        assert len(first) == 2 and not first[1].get("needs"), setting
     not_run = [v["name"] for _, deeper in variants.values() for v in deeper if v.get("needs")]
     assert sorted(not_run) == ["TF32 matrix products", "cudnn.benchmark",
                                "torch.compile, mode=reduce-overhead (CUDA graphs)"]
@@ -490,8 +574,6 @@ def test_more_data_variants_split_the_cores_only_when_there_are_two_or_more(work
         assert len(variants) == 1
     else:
         assert (variants[1]["workers"], variants[1]["threads"]) == split
-    assert nb.data_variants(workers)[1:] == ([] if workers == 0 else [{"name": f"num_workers={workers}",
-                                                                        "workers": workers}])
 
 
 # --- timing in interleaved rounds, and the verdicts ---------------------------------------------------
@@ -582,7 +664,22 @@ def test_a_busy_machine_is_named_only_beyond_the_spread_limit():
     limit = nb.BUSY_SPREAD_PCT
     assert nb.busy_machine_note({"baseline": limit, "fix": 0.0}) == ""
     note = nb.busy_machine_note({"baseline": 1.0, "fix": up(limit)})
-    assert "'fix'" in note and "other programs" in note
+    assert note == "Busy machine ('fix': rounds 25 % apart)."
+
+
+def test_report_names_the_variants_not_run_of_its_setting_only_and_a_busy_machine(capsys):
+    measured = dict(setting="big model", loss=0.5, slowest_x=1.0, fastest_x=1.0, spread_pct=1.0)
+    rows = [{**measured, "variant": "baseline", "speedup_x": 1.0},
+            {**measured, "variant": "fused", "speedup_x": 1.0},
+            {"setting": "big model", "variant": "cudnn.benchmark", "not_run": "needs an NVIDIA GPU"},
+            {"setting": "tiny batches", "variant": "CUDA graphs", "not_run": "needs an NVIDIA GPU"}]
+    nb.report(rows, "big model")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1:] == ["cudnn.benchmark: not run, needs an NVIDIA GPU."]
+    assert printed[0].startswith("fused: about the same")
+    rows[1]["spread_pct"] = up(nb.BUSY_SPREAD_PCT)
+    nb.report(rows, "big model")
+    assert "'fused'" in capsys.readouterr().out.splitlines()[-1]
 
 
 # --- the correctness check ---------------------------------------------------------------------------
@@ -658,13 +755,13 @@ def test_no_variant_measured_means_nothing_checked_not_a_crash():
 
 # --- the training step, run for real on the CPU for every variant a CPU can run -----------------------
 
-def tiny_run(variant, steps=20, batch_size=8, seed=0):
+def tiny_run(variant, steps=20, batch_size=8, seed=0, device=CPU):
     """A Run of the notebook's CNN (width 4) on fixed random pictures, changed by `variant`."""
     generator = torch.Generator().manual_seed(seed)
     images = torch.randn(32, 3, 16, 16, generator=generator)
     labels = torch.arange(32) % 4
     batches = nb.on_device_batches(images, labels, batch_size, seed=seed)
-    return nb.new_run(4, batches, batch_size, steps, variant)
+    return nb.new_run(4, batches, batch_size, steps, variant, device)
 
 
 def weights(run):
@@ -672,12 +769,12 @@ def weights(run):
 
 
 def mixed(dtype, scaler):
-    """Step 5's mixed-precision variant for `dtype`, with or without a GradScaler, as the notebook
-    builds it (compute_variants), on the device of the namespace (on_cpu: the CPU)."""
-    return nb.compute_variants(dtype, scaler)[1]
+    """Going deeper A's mixed-precision variant for `dtype`, with or without a GradScaler, as the
+    notebook builds it (compute_variants) for the CPU."""
+    return nb.compute_variants(dtype, scaler, "cpu")[1]
 
 
-def test_float16_with_a_grad_scaler_really_steps_and_updates_the_scale(on_cpu):
+def test_float16_with_a_grad_scaler_really_steps_and_updates_the_scale():
     # The notebook's T4 path (float16 + GradScaler) with PyTorch's CPU scaler and CPU autocast.
     # Only a GPU shows the speed of float16 Tensor Cores; a CPU shows that the step is right.
     run = tiny_run(mixed(torch.float16, True))
@@ -694,7 +791,7 @@ def test_float16_with_a_grad_scaler_really_steps_and_updates_the_scale(on_cpu):
 
 
 @pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")  # the skipped step
-def test_an_overflowing_float16_step_is_skipped_and_the_scale_backs_off(on_cpu):
+def test_an_overflowing_float16_step_is_skipped_and_the_scale_backs_off():
     run = tiny_run(mixed(torch.float16, True))
     run.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**40)  # float16 gradients overflow
     before = weights(run)
@@ -706,7 +803,7 @@ def test_an_overflowing_float16_step_is_skipped_and_the_scale_backs_off(on_cpu):
                                                     for a, b in zip(before, weights(run)))
 
 
-def test_bfloat16_autocast_computes_the_convolutions_in_bfloat16_and_keeps_float32_weights(on_cpu):
+def test_bfloat16_autocast_computes_the_convolutions_in_bfloat16_and_keeps_float32_weights():
     # Only a GPU with fast bfloat16 (capability 8.0+) shows the speed-up; a CPU runs the same step.
     run = tiny_run(mixed(torch.bfloat16, False))
     assert not run.scaler.is_enabled()  # a pass-through: scale() returns the loss as it is
@@ -719,7 +816,7 @@ def test_bfloat16_autocast_computes_the_convolutions_in_bfloat16_and_keeps_float
     assert all(not torch.equal(a, b) for a, b in zip(before, weights(run)))
 
 
-def test_channels_last_reaches_the_first_convolution_and_changes_no_result(on_cpu):
+def test_channels_last_reaches_the_first_convolution_and_changes_no_result():
     # On a GPU with Tensor Cores the layout saves conversions; a CPU checks the plumbing and results.
     plain, last = tiny_run({}), tiny_run({"channels_last": True})
     seen = []
@@ -732,7 +829,7 @@ def test_channels_last_reaches_the_first_convolution_and_changes_no_result(on_cp
     assert torch.allclose(torch.stack(plain.losses), torch.stack(last.losses), atol=1e-5)
 
 
-def test_the_fused_optimizer_takes_the_same_steps(on_cpu):
+def test_the_fused_optimizer_takes_the_same_steps():
     # On a GPU the fused kernel saves launches; on a CPU it is a real fused kernel too.
     plain, fused = tiny_run({}), tiny_run({"optimizer": nb.fused_adam})
     assert not plain.optimizer.defaults["fused"] and fused.optimizer.defaults["fused"] is True
@@ -743,7 +840,17 @@ def test_the_fused_optimizer_takes_the_same_steps(on_cpu):
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(weights(plain), weights(fused)))
 
 
-def test_torch_compile_with_aot_eager_trains_like_eager(on_cpu):
+def test_the_baseline_adam_is_pytorchs_default_form_and_a_variant_brings_its_own():
+    # the default: on a CUDA GPU PyTorch groups the updates ("foreach"); a baseline forced to
+    # foreach=False would make fused=True look better than it is
+    plain = tiny_run({})
+    assert plain.optimizer.defaults["fused"] is None and plain.optimizer.defaults["foreach"] is None
+    made = []
+    run = tiny_run({"optimizer": lambda parameters: made.append(1) or torch.optim.SGD(parameters, lr=0.1)})
+    assert made == [1] and isinstance(run.optimizer, torch.optim.SGD)
+
+
+def test_torch_compile_with_aot_eager_trains_like_eager():
     # Inductor's fused kernels need a compiler (and, on a GPU, Triton); aot_eager runs the same
     # tracing and autograd steps everywhere, so the CPU checks the compiled step's plumbing.
     eager, compiled = tiny_run({}), tiny_run({"compile": "aot_eager"})
@@ -754,7 +861,7 @@ def test_torch_compile_with_aot_eager_trains_like_eager(on_cpu):
     assert torch.allclose(torch.stack(eager.losses), torch.stack(compiled.losses), atol=1e-5)
 
 
-def test_cuda_graphs_mark_every_step(on_cpu, monkeypatch):
+def test_cuda_graphs_mark_every_step(monkeypatch):
     # Only a CUDA GPU can record and replay a graph; the CPU checks that each training step tells
     # PyTorch so, before the compiled model runs. No compilation here: the graphs need the GPU.
     calls = []
@@ -773,27 +880,14 @@ def test_cuda_graphs_mark_every_step(on_cpu, monkeypatch):
     assert calls == [{"backend": "aot_eager", "mode": None}, "forward"]
 
 
-@pytest.fixture
-def tiny_setting(on_cpu, shapes_module, monkeypatch):
-    """The notebook's measuring machinery on a small setting of its own, on the CPU (41 steps: with
-    3 rounds of 2 warm-up steps, one step is left for every run to finish after the rounds)."""
-    settings = {"tiny": dict(feed="decoded, on the device", batch_size=8, width=4, image_size=16,
-                             source_size=32, count=64, steps=41)}
-    for name, value in {"SETTINGS": settings, "shapes": shapes_module, "TEST_COUNT": 32,
-                        "_data_cache": {}, "ROUNDS": 3, "ROUND_WARMUP": 2,
-                        "progress_bar": lambda items: items}.items():
-        monkeypatch.setitem(on_cpu, name, value)
-    return "tiny"
-
-
-def test_every_variant_a_cpu_can_run_keeps_the_results(tiny_setting):
-    # The assertion that the notebook's Step 6 only prints (a GPU can drift past it: see the verdict)
+def test_every_variant_a_cpu_can_run_keeps_the_results(shapes_module):
+    # The assertion that the notebook only prints (a GPU can drift past it: see the verdict)
     variants = [{"name": "baseline"}, {"name": "Adam(fused=True)", "optimizer": nb.fused_adam},
                 {"name": "channels_last", "channels_last": True},
                 mixed(torch.bfloat16, False), mixed(torch.float16, True),
                 {"name": "torch.compile, backend=aot_eager", "compile": "aot_eager"},
                 {"name": "cudnn.benchmark", "cudnn_benchmark": True, "needs": "an NVIDIA GPU"}]
-    rows = nb.measure_setting(tiny_setting, variants)
+    rows = nb.measure_setting(tiny_job(shapes_module), variants)
     assert [row["variant"] for row in rows] == [variant["name"] for variant in variants]
     assert rows[0]["baseline"] and not any(row.get("baseline") for row in rows[1:])
     assert rows[-1] == {"setting": "tiny", "variant": "cudnn.benchmark", "not_run": "needs an NVIDIA GPU"}
@@ -804,6 +898,31 @@ def test_every_variant_a_cpu_can_run_keeps_the_results(tiny_setting):
     assert checks.kept.all(), checks
     table = nb.compare(rows, "tiny")
     assert list(table.index) == [variant["name"] for variant in variants]
+    assert list(table.kept) == ["", "yes", "yes", "yes", "yes", "yes", ""]  # the baseline, the not-run
+
+
+def test_measure_setting_trains_every_step_of_a_variant_with_its_own_training_step(shapes_module):
+    # A variant's own step (Going deeper A's mixed_precision_step) must run in the timed rounds, the
+    # first step and the steps that finish the run: a train_step there would measure float32 instead.
+    taken = []
+
+    def own_step(run, times=None):
+        taken.append(run.batch_size)
+        nb.train_step(run, times)
+
+    rows = nb.measure_setting(tiny_job(shapes_module), [{"name": "baseline"},
+                                                       {"name": "own", "step": own_step}])
+    assert len(taken) == TINY["steps"] and "loss" in rows[1]
+
+
+def test_compare_marks_a_recipe_change_and_a_fix_that_did_not_keep_the_results():
+    rows = [measured_row("baseline: float32", 0.5, 90.0, baseline=True),
+            measured_row("autocast float16 + GradScaler", 0.8, 90.0, "float16"),
+            measured_row("batch 8 times larger", 2.0, 10.0, recipe_change=True)]
+    for row in rows:
+        row.update(batch_size=32, first_step_s=0.1, step_ms=10.0, speedup_x=1.5, slowest_x=1.2,
+                   fastest_x=1.8)
+    assert list(nb.compare(rows, "big model").kept) == ["", "NO", "recipe change"]
 
 
 # --- the profile: its table, the timeline, and the GPU's share -------------------------------------
@@ -960,7 +1079,7 @@ def test_the_gpu_share_words_turn_at_one_half():
     assert "waited" in nb.gpu_share_in_words(down(0.5), "big model")
 
 
-def test_a_real_profile_on_the_cpu_gives_the_four_parts_in_order(on_cpu):
+def test_a_real_profile_on_the_cpu_gives_the_four_parts_in_order():
     run = tiny_run({})
     nb.train_step(run)  # warm-up
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -975,7 +1094,7 @@ def test_a_real_profile_on_the_cpu_gives_the_four_parts_in_order(on_cpu):
     assert {"forward", "backward"} <= set(table.index) and (table.self_cpu_ms >= 0).all()
 
 
-# --- counting operations and the timed parts ----------------------------------------------------------
+# --- counting operations and FLOPs, the timed parts ----------------------------------------------------
 
 def event(name, parent=None):
     """A made-up profiler event with a name and a parent."""
@@ -1003,349 +1122,17 @@ def test_backward_operations_count_as_backward_on_the_autograd_thread_too():
     assert nb.enclosing_part(event("aten::mm")) is None and nb.enclosing_part(None) is None
 
 
-def test_part_times_only_when_asked(on_cpu):
-    times = {}
-    with nb.part("forward", times):
-        pass
-    with nb.part("forward", times):
-        pass
-    with nb.part("backward"):
-        pass
-    assert list(times) == ["forward"] and len(times["forward"]) == 2
-
-
-# --- the core: one Summary, the compiler internals below it (its budget: test_learner_first.py) -------
-
-def test_the_core_ends_with_one_summary_and_the_compiler_internals_below_it():
-    headings = [line for cell in NOTEBOOK.cells if cell.cell_type == "markdown"
-                for line in cell.source.splitlines() if re.match(r"#+ .*Summary", line)]
-    assert headings == ["## Summary"]
-    core = core_markdown(NOTEBOOK)
-    assert "TorchDynamo" not in core and "AOTAutograd" not in core and "torch.compile" in core
-
-
-# --- the notebook's top-level cells, run whole on a GPU, a Mac and a CPU -------------------
-# notebook_code.run_cell runs a cell from a file of its own (so coverage counts it) in a namespace of the
-# notebook's helpers and stand-ins for `device` and torch.cuda, shaped like the real API's answers.
-
-def stand_in_capability(monkeypatch, capability=(7, 5)):
-    """torch.cuda.get_device_capability(device) -> (major, minor), as torch/cuda/__init__.py returns it
-    (prop.major, prop.minor); a T4 by default. Returns the list of the devices it was asked about."""
-    asked = []
-
-    def get_device_capability(device=None):
-        asked.append(device)
-        return capability
-
-    monkeypatch.setattr(torch.cuda, "get_device_capability", get_device_capability)
-    return asked
-
-
-@pytest.mark.gpu_branch("05", "cell cell-05: ON_GPU")
-@pytest.mark.gpu_branch("05", "cell cell-05: not ON_GPU")
-@pytest.mark.gpu_branch("05", "cell cell-05: ON_GPU (2)")
-@pytest.mark.parametrize("device_type", ["cuda", "mps", "cpu"])
-def test_the_settings_cell_profiles_the_gpu_and_reads_its_capability_on_cuda_only(monkeypatch, request,
-                                                                                 device_type):
-    monkeypatch.delenv("KINETO_LOG_LEVEL", raising=False)
-    asked = stand_in_capability(monkeypatch, (7, 5))  # a T4's answer, whatever the device asked
-    logger = logging.getLogger("torch.utils.cpp_extension")
-    request.addfinalizer(lambda level=logger.level: logger.setLevel(level))  # the cell quietens it
-    device = torch.device(device_type)
-    namespace = {"os": os, "torch": torch, "device": device}  # what the shared setup cell defined
-    printed = run_cell("05", "cell-05", namespace)
-    on_gpu = device_type == "cuda"  # an AMD GPU under ROCm is "cuda" too; a Mac is not profiled on its GPU
-    assert namespace["ON_GPU"] is on_gpu
-    assert namespace["PROFILER_ACTIVITIES"] == [ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * on_gpu
-    assert namespace["CAPABILITY"] == ((7, 5) if on_gpu else None)
-    assert asked == ([device] if on_gpu else [])
-    # the profiler's C++ messages stay on a GPU (they say when tracing is denied), and go without one
-    assert os.environ.get("KINETO_LOG_LEVEL") == (None if on_gpu else "6")
-    assert printed.strip().endswith("compute capability: (7, 5)" if on_gpu else "compute capability: no CUDA GPU")
-
-
-@pytest.mark.gpu_branch("05", "cell cell-13: device.type == 'cpu'")
-@pytest.mark.parametrize("fast", [True, False])
-@pytest.mark.parametrize("device_type", ["cuda", "mps", "cpu"])
-def test_the_big_model_gets_8_times_larger_batches_on_a_gpu_as_the_prose_says(device_type, fast):
-    found = {}
-    for kind in ("cpu", device_type):
-        namespace = {**vars(nb), "device": torch.device(kind), "FAST": fast}
-        run_cell("05", "cell-13", namespace)
-        found[kind] = namespace["SETTINGS"]
-    big, on_cpu = found[device_type]["big model"], found["cpu"]["big model"]
-    assert on_cpu["batch_size"] == 32 and big["batch_size"] == (32 if device_type == "cpu" else 8 * 32)
-    assert big["count"] >= 4 * big["batch_size"]  # an epoch of at least 4 batches on every device
-    assert "on a GPU, 8 times larger batches" in " ".join(cell_markdown_before("cell-13").split())
-    for name in ("heavy data", "tiny batches"):  # the other settings are the same everywhere
-        assert found[device_type][name] == found["cpu"][name]
-
-
-def cell_markdown_before(cell_id):
-    """The markdown cell just above code cell `cell_id` of notebook 05."""
-    index = next(i for i, cell in enumerate(NOTEBOOK.cells) if cell.get("id") == cell_id)
-    return NOTEBOOK.cells[index - 1].source
-
-
-@pytest.mark.gpu_branch("05", "cell cell-27b: ON_GPU")
-def test_after_the_profile_a_gpu_learner_reads_how_busy_the_gpu_was_and_its_busiest_operations():
-    events = profiled_on_a_gpu(two_steps_on_a_gpu())
-    # torch.profiler.profile's: events() is the profiler's EventList, key_averages() its key_averages()
-    prof = types.SimpleNamespace(events=lambda: events, key_averages=events.key_averages)
-    shown = []
-    namespace = {**vars(nb), "device": torch.device("cuda"), "ON_GPU": True, "prof": prof,
-                 "PROFILE_SETTING": "heavy data", "display": shown.append}
-    printed = run_cell("05", "cell-27b", namespace).splitlines()
-    # GPU work 0.1 + 0.5 + 1.0 + 0.1 ms of a 9.5 ms step (see two_steps_on_a_gpu)
-    assert printed[0].startswith("The GPU worked 18% of the profiled step of 'heavy data' and waited the rest")
-    assert printed[1:] == ["The operations that kept the GPU busiest:"]
-    full_table, busiest = shown
-    assert "Self CUDA" in full_table.data and "sm75_xmma_dgrad" in full_table.data  # PyTorch's own table
-    assert list(busiest.columns) == ["calls", "self_cpu_ms", "cpu_total_ms", "self_gpu_ms"] and len(busiest) == 6
-    assert busiest.self_gpu_ms.is_monotonic_decreasing and busiest.self_gpu_ms.iloc[0] == 2.0  # ms, 2 steps
-    assert {"sm75_xmma_dgrad", "sm75_xmma_fprop"} <= set(busiest.index) and "data" not in busiest.index
-
-
-@pytest.mark.gpu_branch("05", "cell cell-27b: device.type == 'mps'")
-@pytest.mark.parametrize("device_type, sentence", [
-    ("mps", "On mps the profiler records the CPU side only (PyTorch's profiler cannot time the Apple GPU): "
-            "its bars show when the CPU queued the work, not when the GPU did it."),
-    ("cpu", "On cpu: no GPU row, the CPU does all the work."),
-])
-def test_after_the_profile_a_mac_or_a_cpu_learner_is_told_why_there_is_no_gpu_row(on_cpu, device_type, sentence):
-    # PyTorch's profiler has no activity for Apple's GPU (ProfilerActivity: CPU, CUDA, XPU, ...), so a
-    # Mac's profile holds CPU events only, like this real one
-    assert not hasattr(ProfilerActivity, "MPS")
+def test_operations_per_step_counts_each_part_but_not_the_data():
     run = tiny_run({})
-    nb.train_step(run)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        nb.train_step(run)
-    shown = []
-    namespace = {**vars(nb), "device": torch.device(device_type), "ON_GPU": False, "prof": prof,
-                 "PROFILE_SETTING": "heavy data", "display": shown.append}
-    assert run_cell("05", "cell-27b", namespace) == sentence + "\n"
-    [full_table] = shown
-    assert "Self CPU" in full_table.data and "CUDA" not in full_table.data
+    parts = nb.operations_per_step(lambda: nb.train_step(run), CPU, [ProfilerActivity.CPU])
+    assert {"forward", "backward", "optimizer"} <= set(parts) and "data" not in parts
+    assert all(count > 0 for count in parts.values())
+    assert parts["backward"] > parts["forward"] / 2  # every layer's backward is an operation too
 
 
-@pytest.mark.gpu_branch("05", "cell cell-32: ON_GPU")
-@pytest.mark.parametrize("on_gpu, fast, size", [(True, True, 2048), (True, False, 4096), (False, True, 512),
-                                                (False, False, 1024)])
-def test_a_gpu_measures_its_throughput_on_a_4_times_wider_matrix_product(on_gpu, fast, size):
-    # The measurements themselves need the device: stand-ins return what a T4 might, and record
-    # what they were asked. A GPU reaches its throughput only with enough work to fill it.
-    asked, stepped = [], []
-
-    def operations_per_step(step):
-        step()
-        return {"forward": 20.0, "backward": 30.0, "optimizer": 10.0}
-
-    settings = ["heavy data", "tiny batches", "big model"]
-    namespace = {**vars(nb), "device": torch.device("cuda" if on_gpu else "cpu"), "ON_GPU": on_gpu,
-                 "FAST": fast, "SETTINGS": dict.fromkeys(settings), "runs": {name: name for name in settings},
-                 "train_step": stepped.append, "launch_overhead_seconds": lambda: 12e-6,
-                 "matmul_flop_per_second": lambda size: asked.append(size) or 8e12,
-                 "operations_per_step": operations_per_step, "flops_per_step": lambda name: 2e9}
-    printed = run_cell("05", "cell-32", namespace)
-    assert asked == [size] and stepped == settings
-    assert printed == (f"{'cuda' if on_gpu else 'cpu'}: launch overhead 12.0 µs per operation; "
-                       "throughput 8000.0 GFLOP/s\n")
-    assert list(namespace["operations"].index) == settings
-
-
-def measured_autocast(kind, variant="autocast bfloat16"):
-    """Rows of Step 5's measurement (measure_setting's keys) whose autocast row's rounds were `kind`."""
-    rounds = {"faster": (2.0, 1.6, 2.4), "about the same": (1.0, 0.9, 1.1), "slower": (0.5, 0.4, 0.6)}[kind]
-    row = dict(setting="big model", loss=0.5, accuracy_pct=90.0, spread_pct=5.0, baseline=False)
-    return [{**row, "variant": "baseline: float32", "baseline": True, "speedup_x": 1.0, "slowest_x": 1.0,
-             "fastest_x": 1.0},
-            {**row, "variant": variant, **dict(zip(("speedup_x", "slowest_x", "fastest_x"), rounds))},
-            {**row, "variant": "channels_last", "speedup_x": 2.0, "slowest_x": 1.6, "fastest_x": 2.4},
-            {**row, "setting": "tiny batches", "variant": "autocast bfloat16", "speedup_x": 0.5,
-             "slowest_x": 0.4, "fastest_x": 0.6}]
-
-
-NO_BF16 = {"sse4_2", "avx2", "fma"}
-AMX = {"avx512f", "amx_tile", "amx_bf16", "avx512_bf16"}
-ARM = {"fp", "asimd", "bf16"}
-
-
-@pytest.mark.gpu_branch("05", "cell cell-61: kind != 'faster' and device.type == 'cpu'")
-@pytest.mark.parametrize("device_type, kind, explanation", [
-    ("cpu", "about the same", "On a CPU, bfloat16 needs instructions made for it: see Going deeper E."),
-    ("cpu", "slower", "On a CPU, bfloat16 needs instructions made for it: see Going deeper E."),
-    ("cpu", "faster", None),  # the verdict above says it all
-    ("cuda", "about the same", "No gain on cuda: at this size the GPU may not be busy enough"),
-    ("cuda", "slower", "No gain on cuda: at this size the GPU may not be busy enough"),
-    ("mps", "about the same", "No gain on mps: at this size the GPU may not be busy enough"),
-    ("cuda", "faster", None),
-    ("mps", "faster", None),
-])
-def test_step_5_explains_a_16_bit_result_on_a_cpu_and_on_a_gpu_in_one_line(device_type, kind, explanation):
-    variant = "autocast bfloat16" if device_type == "cpu" else "autocast float16 + GradScaler"
-    results = measured_autocast(kind, variant)
-    namespace = {**vars(nb), "device": torch.device(device_type), "results": results}
-    printed = run_cell("05", "cell-61", namespace).splitlines()
-    rounds = [results[1][key] for key in ("speedup_x", "slowest_x", "fastest_x")]
-    verdicts = [f"{variant}: {nb.change_in_words(*rounds)}.",
-                f"channels_last: {nb.change_in_words(2.0, 1.6, 2.4)}."]
-    assert printed[:2] == verdicts  # report()'s verdicts; the tiny-batches row is not this setting's
-    explained = printed[2:]
-    assert len(explained) == (explanation is not None) and all(line.startswith("  ") for line in explained)
-    if explanation:
-        assert explained[0].strip().startswith(explanation)
-
-
-@pytest.mark.parametrize("flags, kind, explanation", [
-    (AMX, "faster", "bfloat16 paid off on this CPU (bfloat16 hardware: AMX with bfloat16)."),
-    (NO_BF16, "faster", "bfloat16 paid off on this CPU (bfloat16 hardware: none)."),  # it may
-    (NO_BF16, "about the same", "As expected without bfloat16 instructions"),
-    (NO_BF16, "slower", "As expected without bfloat16 instructions"),
-    (AMX, "slower", "No gain (bfloat16 hardware: AMX with bfloat16): at this size"),
-    (ARM, "about the same", "No gain (bfloat16 hardware: ARM BF16 instructions): at this size"),
-    (set(), "slower", "No gain (bfloat16 hardware: unknown): at this size"),  # Windows: no cpuinfo
-])
-def test_going_deeper_reads_step_5s_bfloat16_result_with_the_cpus_instructions(flags, kind, explanation):
-    said = nb.bf16_on_this_cpu(measured_autocast(kind), nb.bf16_hardware(flags))
-    assert said.startswith(explanation) and "\n" not in said  # one autocast row, one explanation
-    assert nb.bf16_on_this_cpu(measured_autocast(kind)[2:], nb.bf16_hardware(flags)) == ""  # none
-
-
-@pytest.mark.gpu_branch("05", "cell cell-58: device.type == 'cpu'")
-@pytest.mark.parametrize("device_type", ["cpu", "cuda", "mps"])
-def test_the_cpu_bfloat16_detour_shows_the_cpus_flags_only_when_the_device_is_the_cpu(device_type):
-    # A T4 learner's training step runs on the GPU; the host CPU's flags say nothing about it
-    asked = []
-    namespace = {**vars(nb), "device": torch.device(device_type), "results": measured_autocast("slower"),
-                 "cpu_flags": lambda: asked.append("flags") or AMX}
-    printed = run_cell("05", "cell-58", namespace).splitlines()
-    if device_type == "cpu":
-        assert asked == ["flags"] and "bfloat16 hardware: AMX with bfloat16" in printed[0]
-        assert printed[1].startswith("No gain (bfloat16 hardware: AMX with bfloat16)")
-    else:
-        assert asked == [] and "CPU_BF16" not in namespace
-        assert printed == [f"The device is {device_type}: the CPU's bfloat16 instructions do not decide its "
-                           "arithmetic."]
-
-
-def test_the_cpu_bfloat16_detour_is_in_going_deeper_and_two_sentences_point_at_it():
-    core = " ".join(core_markdown(NOTEBOOK).split())
-    assert "AVX512-BF16" not in core and "AMX" not in core
-    assert "bfloat16 pays only with instructions made for it; Going deeper E asks your CPU." in core
-    deeper = [cell.get("id") for cell in NOTEBOOK.cells[len(core_cells(NOTEBOOK)):]]
-    assert {"cell-55", "cell-56", "cell-57", "cell-57b", "cell-58"} <= set(deeper)
-    assert "Going deeper D says why" in core and "GradScaler` skips optimizer steps" not in core
-
-
-@pytest.fixture
-def fastai_cells():
-    """The namespace after the notebook's cells that import fastai (cell-77) and define the
-    DeviceAutocast callback (cell-78), run for real; and a tiny Learner on the CPU in place of
-    shapes_learner (the notebook's needs the settings' made-up pictures)."""
-    pytest.importorskip("fastai")
-    namespace = {**vars(nb), "UNAVAILABLE": set(), "progress_bar": lambda items: items}
-    with warnings.catch_warnings():
-        # fastai's tabular module sets a pandas option that pandas 3 deprecates: nothing to act on here
-        warnings.filterwarnings("ignore", message="The 'mode.chained_assignment' option is deprecated")
-        run_cell("05", "cell-77", namespace)
-    run_cell("05", "cell-78", namespace)
-    assert namespace["FASTAI"] and "DeviceAutocast" in namespace
-
-    def shapes_learner(name="big model", train_count=256):
-        generator = torch.Generator().manual_seed(0)
-        items = [(torch.randn(3, 16, 16, generator=generator), index % 4) for index in range(8)]
-        dls = namespace["DataLoaders"].from_dsets(items, items, bs=4, num_workers=0, device=CPU)
-        return namespace["Learner"](dls, nb.make_cnn(4), loss_func=nn.CrossEntropyLoss())
-
-    namespace["shapes_learner"] = shapes_learner
-    return namespace
-
-
-@pytest.mark.gpu_branch("05", "cell cell-80: device.type != 'cuda'")
-@pytest.mark.parametrize("device_type, amp_dtype, switch, callbacks", [
-    ("cuda", torch.float16, "to_fp16", {"MixedPrecision"}),  # a T4: fastai's own float16 with its scaler
-    ("cuda", torch.bfloat16, "to_bf16", {"MixedPrecision"}),  # an A100
-    ("mps", torch.float16, "to_fp16", {"MixedPrecision", "DeviceAutocast"}),  # fastai's autocast is CUDA's
-    ("cpu", torch.bfloat16, "to_bf16", {"MixedPrecision", "DeviceAutocast"}),
-])
-def test_fastai_gets_the_notebooks_own_autocast_callback_only_off_cuda(fastai_cells, device_type, amp_dtype,
-                                                                      switch, callbacks):
-    # Training needs the device: fit_and_record's stand-in records the callbacks of each Learner it gets.
-    fitted, shown = {}, []
-
-    def fit_and_record(learn, epochs=1):
-        fitted[len(fitted)] = {type(callback).__name__ for callback in learn.cbs}
-        return {"seconds": 1.0, "first_conv_dtype": "float32"}
-
-    namespace = fastai_cells  # itself: DeviceAutocast reads AMP_DTYPE there
-    namespace.update(device=torch.device(device_type), AMP_DTYPE=amp_dtype, fit_and_record=fit_and_record,
-                     display=shown.append)
-    run_cell("05", "cell-80", namespace)
-    assert namespace["FASTAI_MIXED"] == switch  # Step 5's plan, in fastai's words
-    labels = ["plain float32", f"learn.{switch}()"] + ["DeviceAutocast callback"] * (device_type != "cuda")
-    assert list(namespace["fastai_rows"]) == labels and list(shown[0].index) == labels
-    standard = fitted[0]  # fastai's own callbacks, in every Learner
-    assert not standard & {"MixedPrecision", "DeviceAutocast"}
-    assert set().union(*(names - standard for names in fitted.values())) == callbacks
-    assert fitted[1] - standard == {"MixedPrecision"}
-
-
-def test_on_a_cpu_fastais_mixed_precision_leaves_float32_and_the_notebooks_callback_computes_in_bfloat16(
-        fastai_cells):
-    # what the notebook's cells 80 and 81 say, trained for real (one epoch of 8 pictures)
-    shown = []
-    namespace = fastai_cells  # itself: DeviceAutocast reads AMP_DTYPE there
-    namespace.update(device=CPU, AMP_DTYPE=torch.bfloat16, display=shown.append)
-    run_cell("05", "cell-80", namespace)
-    dtypes = {label: row["first_conv_dtype"] for label, row in namespace["fastai_rows"].items()}
-    assert dtypes == {"plain float32": "float32", "learn.to_bf16()": "float32",
-                      "DeviceAutocast callback": "bfloat16"}
-    printed = " ".join(run_cell("05", "cell-81", namespace).split())
-    assert printed == ("On cpu, learn.to_bf16() left the convolutions in float32: fastai's callback opens CUDA "
-                       "autocast only. The DeviceAutocast callback ran them in bfloat16.")
-
-
-# --- the helpers' remaining branches --------------------------------------------------------
-
-def test_before_pytorch_2_9_run_conditions_switch_tf32_with_allow_tf32(monkeypatch):
-    # PyTorch 2.8 and older (Colab's and Kaggle's images can lag) have no matmul.fp32_precision; their
-    # switch is torch.backends.cuda.matmul.allow_tf32, a bool (PyTorch's CUDA semantics notes).
-    old_matmul = types.SimpleNamespace(allow_tf32=False)
-    monkeypatch.setattr(torch.backends.cuda, "matmul", old_matmul)
-    with nb.run_conditions(tf32=False):
-        assert old_matmul.allow_tf32 is False
-    with nb.run_conditions(tf32=True):
-        assert old_matmul.allow_tf32 is True
-    assert old_matmul.allow_tf32 is False and not hasattr(old_matmul, "fp32_precision")
-
-
-def test_report_names_the_variants_not_run_of_its_setting_only_and_a_busy_machine(capsys):
-    measured = dict(setting="big model", loss=0.5, slowest_x=1.0, fastest_x=1.0, spread_pct=1.0)
-    rows = [{**measured, "variant": "baseline", "speedup_x": 1.0},
-            {**measured, "variant": "fused", "speedup_x": 1.0},
-            {"setting": "big model", "variant": "cudnn.benchmark", "not_run": "needs an NVIDIA GPU"},
-            {"setting": "tiny batches", "variant": "CUDA graphs", "not_run": "needs an NVIDIA GPU"}]
-    nb.report(rows, "big model")
-    printed = capsys.readouterr().out.splitlines()
-    assert printed[1:] == ["cudnn.benchmark: not run, needs an NVIDIA GPU."]
-    assert printed[0].startswith("fused: about the same")
-    rows[1]["spread_pct"] = up(nb.BUSY_SPREAD_PCT)
-    nb.report(rows, "big model")
-    assert "'fused'" in capsys.readouterr().out.splitlines()[-1]
-
-
-def test_a_variant_without_a_note_of_its_own_gets_an_empty_note():
-    assert nb.gpu_note("a fix nobody wrote a note for") == ("", "")
-    assert nb.gpu_note("cudnn.benchmark") == nb.GPU_NOTES["cudnn.benchmark"]
-
-
-def test_a_setting_that_decodes_on_every_read_gets_endless_batches_from_a_dataloader(tiny_setting,
-                                                                                    on_cpu):
-    on_cpu["SETTINGS"][tiny_setting]["feed"] = "decode on every read"
-    run = nb.make_run(tiny_setting)
-    per_epoch = on_cpu["SETTINGS"][tiny_setting]["count"] // 8
-    shapes = [tuple(images.shape) for images, _ in itertools.islice(run.batches, per_epoch + 2)]
-    assert shapes == [(8, 3, 16, 16)] * (per_epoch + 2)  # the loader starts again after an epoch
+def test_launch_overhead_and_throughput_are_measured_on_the_device():
+    assert 0 < nb.launch_overhead_seconds(CPU, [ProfilerActivity.CPU], repeats=3) < 0.01  # per operation
+    assert nb.matmul_flop_per_second(64, CPU) > 1e6
 
 
 def cnn_flops_by_hand(width, batch, size, classes=4):
@@ -1359,36 +1146,74 @@ def cnn_flops_by_hand(width, batch, size, classes=4):
     return 2 * first + 3 * others + 3 * linear
 
 
-def test_flops_per_step_matches_a_count_by_hand(tiny_setting, on_cpu):
-    s = on_cpu["SETTINGS"][tiny_setting]
-    assert nb.flops_per_step(tiny_setting) == cnn_flops_by_hand(s["width"], s["batch_size"],
-                                                                s["image_size"])
+def test_flops_per_step_matches_a_count_by_hand():
+    assert nb.flops_per_step(4, 8, 16, CPU) == cnn_flops_by_hand(4, 8, 16)
+    assert nb.flops_per_step(8, 2, 32, CPU) == cnn_flops_by_hand(8, 2, 32)
 
 
-@pytest.fixture
-def profiled_on_cpu(on_cpu, monkeypatch):
-    """on_cpu with the profiler's activities that the settings cell chooses on a CPU (tested above)."""
-    monkeypatch.setitem(on_cpu, "PROFILER_ACTIVITIES", [ProfilerActivity.CPU])
-    return on_cpu
+def test_part_times_only_when_asked():
+    times = {}
+    with nb.part("forward", times, CPU):
+        pass
+    with nb.part("forward", times, CPU):
+        pass
+    with nb.part("backward"):
+        pass
+    assert list(times) == ["forward"] and len(times["forward"]) == 2
 
 
-def test_operations_per_step_counts_each_part_but_not_the_data(profiled_on_cpu):
-    run = tiny_run({})
-    parts = nb.operations_per_step(lambda: nb.train_step(run))
-    assert {"forward", "backward", "optimizer"} <= set(parts) and "data" not in parts
-    assert all(count > 0 for count in parts.values())
-    assert parts["backward"] > parts["forward"] / 2  # every layer's backward is an operation too
+def test_part_synchronizes_the_gpu_before_it_reads_the_clock_and_only_when_it_times(monkeypatch):
+    # on a GPU a call returns before the work is done: a part's time is read after synchronize
+    events, clock = [], itertools.count(10.0, 0.5)
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(("synchronize", device)))
+    monkeypatch.setattr(time, "perf_counter", lambda: events.append("clock") or next(clock))
+    times = {}
+    for _ in range(2):
+        with nb.part("forward", times, cuda):
+            events.append("work")
+    with nb.part("backward"):  # not timed: the GPU goes on without a wait
+        events.append("work")
+    monkeypatch.undo()
+    assert events == ["clock", "work", ("synchronize", cuda), "clock"] * 2 + ["clock", "work"]
+    assert times == {"forward": [0.5, 0.5]}
 
 
-def test_launch_overhead_and_throughput_are_measured_on_the_device(profiled_on_cpu):
-    assert 0 < nb.launch_overhead_seconds(repeats=3) < 0.01  # seconds per operation
-    assert nb.matmul_flop_per_second(64) > 1e6
+class StandInBatch:
+    """A batch tensor's stand-in: records each .to(...) call, as a copy to a GPU would be made."""
+
+    def __init__(self, name, calls):
+        self.name, self.calls = name, calls
+
+    def to(self, *args, **kwargs):
+        self.calls.append((self.name, args, kwargs))
+        return self
 
 
-def test_time_parts_gives_a_median_per_part_of_the_step(on_cpu):
-    parts = nb.time_parts(tiny_run({}), steps=3, warmup=1)
-    assert set(parts) == {"data", "forward", "backward", "optimizer"}
-    assert all(seconds > 0 for seconds in parts.values())
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_the_data_part_copies_each_batch_to_the_gpu_without_waiting(memory_format):
+    calls, cuda = [], torch.device("cuda")
+    run = types.SimpleNamespace(batches=iter([(StandInBatch("images", calls), StandInBatch("labels", calls))]),
+                                memory_format=memory_format, device=cuda)
+    images, labels = nb.next_batch(run)
+    assert (images.name, labels.name) == ("images", "labels")
+    assert calls == [("images", (cuda,), {"non_blocking": True, "memory_format": memory_format}),
+                     ("labels", (cuda,), {"non_blocking": True})]
+
+
+def test_the_parts_chart_shows_each_settings_shares_and_its_time_per_step():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    step_parts = {"heavy data": {"data": 0.030, "forward": 0.004, "backward": 0.005, "optimizer": 0.001},
+                  "big model": {"data": 0.001, "forward": 0.020, "backward": 0.028, "optimizer": 0.001}}
+    axis = nb.draw_parts(step_parts, CPU).axes[0]
+    assert [label.get_text() for label in axis.get_yticklabels()] == ["heavy data\n40.0 ms per step",
+                                                                     "big model\n50.0 ms per step"]
+    assert [text.get_text() for text in axis.get_legend().get_texts()] == list(nb.PARTS)
+    assert axis.patches[0].get_width() == pytest.approx(75.0)  # heavy data's data part: 30 of 40 ms
+    assert "on cpu" in axis.get_title() and "(%)" in axis.get_xlabel()
+    plt.close("all")
 
 
 def test_scaled_features_branch_on_the_values():
@@ -1397,7 +1222,7 @@ def test_scaled_features_branch_on_the_values():
     torch.testing.assert_close(nb.scaled_features(-images), torch.zeros(2, 3))  # relu: sum is 0
 
 
-def test_draw_speedups_draws_one_bar_per_measured_fix_with_its_rounds(on_cpu):
+def test_draw_speedups_draws_one_bar_per_measured_fix_with_its_rounds():
     import matplotlib.pyplot as plt
 
     row = dict(setting="big model", loss=0.5, baseline=False)
@@ -1416,115 +1241,227 @@ def test_draw_speedups_draws_one_bar_per_measured_fix_with_its_rounds(on_cpu):
     plt.close(figure)
 
 
-def test_the_dataset_module_is_rewritten_only_when_its_code_changed(tmp_path):
-    nb.load_dataset_module(tmp_path)
-    path = tmp_path / f"{nb.DATASET_MODULE}.py"  # (the module itself may come from an earlier import)
-    os.utime(path, ns=(0, 0))  # mark the file: a rewrite would give it a new modification time
-    nb.load_dataset_module(tmp_path)
-    assert os.stat(path).st_mtime_ns == 0
-    with open(path, "a") as file:
-        file.write("# changed by hand\n")
-    nb.load_dataset_module(tmp_path)
-    assert os.stat(path).st_mtime_ns != 0 and "changed by hand" not in open(path).read()
+def test_a_variant_without_a_note_of_its_own_gets_an_empty_note():
+    assert nb.gpu_note("a fix nobody wrote a note for") == ("", "")
+    assert nb.gpu_note("cudnn.benchmark") == nb.GPU_NOTES["cudnn.benchmark"]
 
 
-@pytest.mark.parametrize("device_type, mixed, dtypes, expected", [
-    # a T4: fastai's to_fp16 opens CUDA autocast, so the convolutions run in float16
-    ("cuda", "to_fp16", {"learn.to_fp16()": "float16"}, "fastai's mixed precision works"),
-    # a CPU or a Mac: fastai's callback opens CUDA autocast only; the notebook's own callback works
-    ("cpu", "to_bf16", {"learn.to_bf16()": "float32", "DeviceAutocast callback": "bfloat16"},
-     "left the convolutions in float32: fastai's callback opens CUDA autocast only. The "
-     "DeviceAutocast callback ran them in bfloat16."),
-    ("cpu", "to_bf16", {}, ""),  # fastai not installed: the part is skipped
+# --- the notebook's cells, run whole on a GPU, a Mac and a CPU -------------------------------------
+# notebook_code.run_cell runs a cell from a file of its own (so coverage counts it) in a namespace of the
+# notebook's helpers and stand-ins for `device` and torch.cuda, shaped like the real API's answers.
+
+def stand_in_capability(monkeypatch, capability=(7, 5)):
+    """torch.cuda.get_device_capability(device) -> (major, minor), as torch/cuda/__init__.py returns it
+    (prop.major, prop.minor); a T4 by default. Returns the list of the devices it was asked about."""
+    asked = []
+
+    def get_device_capability(device=None):
+        asked.append(device)
+        return capability
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", get_device_capability)
+    return asked
+
+
+@pytest.mark.gpu_branch("05", "cell settings: ON_GPU")
+@pytest.mark.gpu_branch("05", "cell settings: not ON_GPU")
+@pytest.mark.gpu_branch("05", "cell settings: ON_GPU (2)")
+@pytest.mark.parametrize("device_type", ["cuda", "mps", "cpu"])
+def test_the_settings_cell_profiles_the_gpu_and_reads_its_capability_on_cuda_only(monkeypatch, request,
+                                                                                 device_type):
+    monkeypatch.delenv("KINETO_LOG_LEVEL", raising=False)
+    asked = stand_in_capability(monkeypatch, (7, 5))  # a T4's answer, whatever the device asked
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    request.addfinalizer(lambda level=logger.level: logger.setLevel(level))  # the cell quietens it
+    device = torch.device(device_type)
+    namespace = {"os": os, "torch": torch, "device": device}  # what the shared setup cell defined
+    run_cell("05", "settings", namespace)
+    on_gpu = device_type == "cuda"  # an AMD GPU under ROCm is "cuda" too; a Mac is not profiled on its GPU
+    assert namespace["ON_GPU"] is on_gpu
+    assert namespace["PROFILER_ACTIVITIES"] == [ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * on_gpu
+    assert namespace["CAPABILITY"] == ((7, 5) if on_gpu else None)
+    assert asked == ([device] if on_gpu else [])
+    # the profiler's C++ messages stay on a GPU (they say when tracing is denied), and go without one
+    assert os.environ.get("KINETO_LOG_LEVEL") == (None if on_gpu else "6")
+
+
+@pytest.mark.gpu_branch("05", "cell job-settings: device.type == 'cpu'")
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("device_type", ["cuda", "mps", "cpu"])
+def test_the_big_model_gets_8_times_larger_batches_on_a_gpu(device_type, fast):
+    found = {}
+    for kind in ("cpu", device_type):
+        namespace = {**vars(nb), "device": torch.device(kind), "FAST": fast}
+        run_cell("05", "job-settings", namespace)
+        found[kind] = namespace["SETTINGS"]
+    big, on_cpu = found[device_type]["big model"], found["cpu"]["big model"]
+    assert on_cpu["batch_size"] == 32 and big["batch_size"] == (32 if device_type == "cpu" else 8 * 32)
+    assert big["count"] >= 4 * big["batch_size"]  # an epoch of at least 4 batches on every device
+    for name in ("heavy data", "tiny batches"):  # the other settings are the same everywhere
+        assert found[device_type][name] == found["cpu"][name]
+
+
+@pytest.mark.gpu_branch("05", "cell profile-gpu: ON_GPU")
+def test_after_the_profile_a_gpu_learner_reads_how_busy_the_gpu_was_and_its_busiest_operations():
+    events = profiled_on_a_gpu(two_steps_on_a_gpu())
+    # torch.profiler.profile's: events() is the profiler's EventList, key_averages() its key_averages()
+    prof = types.SimpleNamespace(events=lambda: events, key_averages=events.key_averages)
+    shown = []
+    namespace = {**vars(nb), "device": torch.device("cuda"), "ON_GPU": True, "prof": prof,
+                 "PROFILE_SETTING": "heavy data", "display": shown.append}
+    printed = run_cell("05", "profile-gpu", namespace).splitlines()
+    # GPU work 0.1 + 0.5 + 1.0 + 0.1 ms of a 9.5 ms step (see two_steps_on_a_gpu)
+    assert printed[0].startswith("The GPU worked 18% of the profiled step of 'heavy data' and waited the rest")
+    assert printed[1:] == ["The operations that kept the GPU busiest:"]
+    full_table, busiest = shown
+    assert "Self CUDA" in full_table.data and "sm75_xmma_dgrad" in full_table.data  # PyTorch's own table
+    assert list(busiest.columns) == ["calls", "self_cpu_ms", "cpu_total_ms", "self_gpu_ms"] and len(busiest) == 6
+    assert busiest.self_gpu_ms.is_monotonic_decreasing and busiest.self_gpu_ms.iloc[0] == 2.0  # ms, 2 steps
+    assert {"sm75_xmma_dgrad", "sm75_xmma_fprop"} <= set(busiest.index) and "data" not in busiest.index
+
+
+@pytest.mark.gpu_branch("05", "cell profile-gpu: device.type == 'mps'")
+@pytest.mark.parametrize("device_type, first_words", [("mps", "On mps the profiler records the CPU side only"),
+                                                      ("cpu", "No GPU: cpu does all the work.")])
+def test_after_the_profile_a_mac_or_a_cpu_learner_is_told_why_there_is_no_gpu_row(device_type, first_words):
+    # PyTorch's profiler has no activity for Apple's GPU (ProfilerActivity: CPU, CUDA, XPU, ...), so a
+    # Mac's profile holds CPU events only, like this real one
+    assert not hasattr(ProfilerActivity, "MPS")
+    run = tiny_run({})
+    nb.train_step(run)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        nb.train_step(run)
+    shown = []
+    namespace = {**vars(nb), "device": torch.device(device_type), "ON_GPU": False, "prof": prof,
+                 "PROFILE_SETTING": "heavy data", "display": shown.append}
+    printed = run_cell("05", "profile-gpu", namespace)
+    assert printed.startswith(first_words) and printed.count("\n") == 1
+    [full_table] = shown
+    assert "Self CPU" in full_table.data and "CUDA" not in full_table.data
+
+
+@pytest.mark.gpu_branch("05", "cell costs: ON_GPU")
+@pytest.mark.parametrize("on_gpu, fast, size", [(True, True, 2048), (True, False, 4096), (False, True, 512),
+                                                (False, False, 1024)])
+def test_a_gpu_measures_its_throughput_on_a_4_times_wider_matrix_product(on_gpu, fast, size):
+    # The measurements themselves need the device: stand-ins return what a T4 might, and record
+    # what they were asked. A GPU reaches its throughput only with enough work to fill it.
+    asked, stepped = [], []
+    device = torch.device("cuda" if on_gpu else "cpu")
+
+    def operations_per_step(step, on, activities):
+        assert on == device and activities == "the settings cell's activities"
+        step()
+        return {"forward": 20.0, "backward": 30.0, "optimizer": 10.0}
+
+    settings = ["heavy data", "tiny batches", "big model"]
+    namespace = {"device": device, "ON_GPU": on_gpu, "FAST": fast, "pd": pd,
+                 "PROFILER_ACTIVITIES": "the settings cell's activities",
+                 "SETTINGS": dict.fromkeys(settings), "runs": {name: name for name in settings},
+                 "train_step": stepped.append, "launch_overhead_seconds": lambda on, activities: 12e-6,
+                 "matmul_flop_per_second": lambda size, on: asked.append((size, on)) or 8e12,
+                 "operations_per_step": operations_per_step}
+    printed = run_cell("05", "costs", namespace)
+    assert asked == [(size, device)] and stepped == settings
+    assert printed == f"{device}: 12.0 µs per operation (launch overhead), 8000.0 GFLOP/s\n"
+    assert list(namespace["operations"].index) == settings
+
+
+def test_the_verdicts_are_read_as_built_or_explained():
+    verdicts = pd.DataFrame({"verdict": {"heavy data": "data-bound", "tiny batches": "launch-bound",
+                                         "big model": "launch-bound"}})
+    operations = pd.DataFrame({"forward": [20.0], "backward": [30.0], "optimizer": [50.0]},
+                              index=["tiny batches"])
+    namespace = {"verdicts": verdicts, "operations": operations, "device": torch.device("cuda")}
+    printed = run_cell("05", "verdicts-say", namespace).splitlines()
+    assert printed[:2] == ["heavy data: data-bound (as built)", "tiny batches: launch-bound (as built)"]
+    assert printed[2:] == ["big model: launch-bound (built to be compute-bound)",
+                           "tiny batches: optimizer's share of operations 50% (Step 4)"]
+
+
+def measured_autocast(kind, variant="autocast bfloat16"):
+    """Rows of Going deeper A's measurement (measure_setting's keys) whose autocast row's rounds were
+    `kind`."""
+    rounds = {"faster": (2.0, 1.6, 2.4), "about the same": (1.0, 0.9, 1.1), "slower": (0.5, 0.4, 0.6)}[kind]
+    row = dict(setting="big model", loss=0.5, accuracy_pct=90.0, spread_pct=5.0, baseline=False,
+               precision="bfloat16", recipe_change=False, baseline_loss=0.5, baseline_accuracy_pct=90.0)
+    return [{**row, "variant": "baseline: float32", "baseline": True, "speedup_x": 1.0, "slowest_x": 1.0,
+             "fastest_x": 1.0},
+            {**row, "variant": variant, **dict(zip(("speedup_x", "slowest_x", "fastest_x"), rounds))},
+            {**row, "variant": "channels_last", "speedup_x": 2.0, "slowest_x": 1.6, "fastest_x": 2.4},
+            {**row, "setting": "tiny batches", "variant": "autocast bfloat16", "speedup_x": 0.5,
+             "slowest_x": 0.4, "fastest_x": 0.6}]
+
+
+NO_BF16 = {"sse4_2", "avx2", "fma"}
+AMX = {"avx512f", "amx_tile", "amx_bf16", "avx512_bf16"}
+ARM = {"fp", "asimd", "bf16"}
+
+
+@pytest.mark.gpu_branch("05", "cell mixed-say: kind != 'faster' and device.type == 'cpu'")
+@pytest.mark.parametrize("device_type, kind, explanation", [
+    ("cpu", "about the same", "On a CPU, bfloat16 needs instructions made for it: see below."),
+    ("cpu", "slower", "On a CPU, bfloat16 needs instructions made for it: see below."),
+    ("cpu", "faster", None),  # the verdict above says it all
+    ("cuda", "about the same", "No gain on cuda: at this size the GPU may not be busy enough"),
+    ("cuda", "slower", "No gain on cuda: at this size the GPU may not be busy enough"),
+    ("mps", "about the same", "No gain on mps: at this size the GPU may not be busy enough"),
+    ("cuda", "faster", None),
+    ("mps", "faster", None),
 ])
-def test_what_the_fastai_runs_say_on_a_gpu_and_elsewhere(device_type, mixed, dtypes, expected):
-    rows = {label: {"first_conv_dtype": dtype} for label, dtype in dtypes.items()}
-    namespace = {"FASTAI": bool(dtypes), "FASTAI_MIXED": mixed, "fastai_rows": rows,
-                 "device": torch.device(device_type)}
-    printed = run_cell("05", "cell-81", namespace)
-    assert (expected in printed) if expected else printed == ""
-    assert printed.startswith(f"On {device_type}, learn.{mixed}()") or not dtypes
+def test_going_deeper_a_explains_a_16_bit_result_on_a_cpu_and_on_a_gpu_in_one_line(device_type, kind,
+                                                                                  explanation):
+    variant = "autocast bfloat16" if device_type == "cpu" else "autocast float16 + GradScaler"
+    results = measured_autocast(kind, variant)
+    namespace = {**vars(nb), "device": torch.device(device_type), "results": results}
+    printed = run_cell("05", "mixed-say", namespace).splitlines()
+    rounds = [results[1][key] for key in ("speedup_x", "slowest_x", "fastest_x")]
+    verdicts = [f"{variant}: {nb.change_in_words(*rounds)}.",
+                f"channels_last: {nb.change_in_words(2.0, 1.6, 2.4)}."]
+    assert printed[:2] == verdicts  # report()'s verdicts; the tiny-batches row is not this setting's
+    assert printed[-1] == "All 2 checked variants kept the results within the tolerance."
+    explained = printed[2:-1]
+    assert len(explained) == (explanation is not None) and all(line.startswith("  ") for line in explained)
+    if explanation:
+        assert explained[0].strip().startswith(explanation)
 
 
-# --- the taught calls whose effect a CPU cannot show, made as the prose says (issues 28 and 30) ---------
+@pytest.mark.parametrize("flags, kind, explanation", [
+    (AMX, "faster", "bfloat16 paid off on this CPU (bfloat16 hardware: AMX with bfloat16)."),
+    (NO_BF16, "faster", "bfloat16 paid off on this CPU (bfloat16 hardware: none)."),  # it may
+    (NO_BF16, "about the same", "As expected without bfloat16 instructions"),
+    (NO_BF16, "slower", "As expected without bfloat16 instructions"),
+    (AMX, "slower", "No gain (bfloat16 hardware: AMX with bfloat16): at this size"),
+    (ARM, "about the same", "No gain (bfloat16 hardware: ARM BF16 instructions): at this size"),
+    (set(), "slower", "No gain (bfloat16 hardware: unknown): at this size"),  # Windows: no cpuinfo
+])
+def test_going_deeper_reads_the_bfloat16_result_with_the_cpus_instructions(flags, kind, explanation):
+    said = nb.bf16_on_this_cpu(measured_autocast(kind), nb.bf16_hardware(flags))
+    assert said.startswith(explanation) and "\n" not in said  # one autocast row, one explanation
+    assert nb.bf16_on_this_cpu(measured_autocast(kind)[2:], nb.bf16_hardware(flags)) == ""  # none
+
+
+@pytest.mark.gpu_branch("05", "cell cpu-bf16: device.type == 'cpu'")
+@pytest.mark.parametrize("device_type", ["cpu", "cuda", "mps"])
+def test_the_cpu_bfloat16_detour_shows_the_cpus_flags_only_when_the_device_is_the_cpu(device_type):
+    # A T4 learner's training step runs on the GPU; the host CPU's flags say nothing about it
+    asked = []
+    namespace = {**vars(nb), "device": torch.device(device_type), "results": measured_autocast("slower"),
+                 "cpu_flags": lambda: asked.append("flags") or AMX}
+    printed = run_cell("05", "cpu-bf16", namespace).splitlines()
+    if device_type == "cpu":
+        assert asked == ["flags"] and "bfloat16 hardware: AMX with bfloat16" in printed[0]
+        assert printed[1].startswith("No gain (bfloat16 hardware: AMX with bfloat16)")
+    else:
+        assert asked == [] and "CPU_BF16" not in namespace
+        assert printed == [f"The device is {device_type}: the CPU's bfloat16 instructions do not decide its "
+                           "arithmetic."]
+
+
+# --- the taught calls whose effect a CPU cannot show, made as the prose says ---------------------------
 # Each test runs the notebook's own cell (notebook_code.run_cell) with stand-ins that record the call and
-# its arguments: a CPU cannot show what pinned memory, a copy that does not wait, Adam's fused kernel,
-# CUDA autocast or CUDA's GradScaler do on a GPU, but it can show that they are asked for as taught.
-
-def test_the_taught_calls_are_listed_and_each_is_in_a_visible_cell_of_the_core():
-    from notebook_code import missing_taught_calls
-    assert len(TAUGHT_CALLS) >= 3 and missing_taught_calls(NOTEBOOK, TAUGHT_CALLS) == []
-    visible = [cell.get("id") for cell in visible_core_code_cells(NOTEBOOK)]
-    for cell_id in ("cell-15", "cell-19", "cell-20", "cell-46a", "cell-60a", "cell-60"):
-        assert cell_id in visible, f"{cell_id} holds a taught call and is folded or out of the core"
-
-
-@pytest.mark.parametrize("device_type, workers", [("cuda", 2), ("cuda", 0), ("cpu", 2), ("cpu", 0),
-                                                  ("mps", 4)])
-def test_the_dataloader_starts_workers_keeps_them_and_pins_memory_for_a_cuda_gpu_only(device_type, workers):
-    # the prose: num_workers worker processes, persistent_workers=True keeps them between epochs (PyTorch
-    # refuses it without workers), pin_memory=True on a GPU (pinned memory is for copies to CUDA)
-    made = []
-    namespace = {**vars(nb), "device": torch.device(device_type),
-                 "DataLoader": lambda dataset, **options: made.append(options) or options}
-    run_cell("05", "cell-15", namespace)
-    options = namespace["image_loader"](list(range(64)), 32, workers=workers)
-    assert made == [options]
-    assert options["num_workers"] == workers and options["persistent_workers"] is (workers > 0)
-    assert options["pin_memory"] is (device_type == "cuda")
-    assert options["batch_size"] == 32 and options["drop_last"] is True
-
-
-def test_the_loader_the_notebook_builds_is_one_pytorch_accepts(on_cpu):
-    loader = nb.image_loader(list(range(64)), 8, workers=0)
-    assert (loader.num_workers, loader.persistent_workers, loader.pin_memory) == (0, False, False)
-    loader = nb.image_loader(list(range(64)), 8, workers=2)
-    assert (loader.num_workers, loader.persistent_workers) == (2, True)
-
-
-class StandInBatch:
-    """A batch tensor's stand-in: records each .to(...) call, as a copy to a GPU would be made."""
-
-    def __init__(self, name, calls):
-        self.name, self.calls = name, calls
-
-    def to(self, *args, **kwargs):
-        self.calls.append((self.name, args, kwargs))
-        return self
-
-
-@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
-def test_the_data_part_copies_each_batch_to_the_gpu_without_waiting(memory_format):
-    calls, cuda = [], torch.device("cuda")
-    namespace = {**vars(nb), "device": cuda}
-    run_cell("05", "cell-20", namespace)
-    run = types.SimpleNamespace(batches=iter([(StandInBatch("images", calls), StandInBatch("labels", calls))]),
-                                memory_format=memory_format)
-    images, labels = namespace["next_batch"](run)
-    assert (images.name, labels.name) == ("images", "labels")
-    assert calls == [("images", (cuda,), {"non_blocking": True, "memory_format": memory_format}),
-                     ("labels", (cuda,), {"non_blocking": True})]
-
-
-def test_part_synchronizes_before_it_reads_the_clock_and_only_when_it_times():
-    # on a GPU a call returns before the work is done: a part's time is read after synchronize
-    events, clock = [], itertools.count(10.0, 0.5)
-    cuda = torch.device("cuda")
-    namespace = {**vars(nb), "device": cuda,
-                 "synchronize": lambda device: events.append(("synchronize", device)),
-                 "time": types.SimpleNamespace(perf_counter=lambda: events.append("clock") or next(clock))}
-    run_cell("05", "cell-19", namespace)
-    times = {}
-    for _ in range(2):
-        with namespace["part"]("forward", times):
-            events.append("work")
-    assert events == ["clock", "work", ("synchronize", cuda), "clock"] * 2
-    assert times == {"forward": [0.5, 0.5]}
-    events.clear()
-    with namespace["part"]("backward"):  # not timed: the GPU goes on without a wait
-        events.append("work")
-    assert events == ["clock", "work"] and list(times) == ["forward"]
-
+# its arguments: a CPU cannot show what Adam's fused kernel, CUDA autocast or CUDA's GradScaler do on a
+# GPU, but it can show that they are asked for as taught.
 
 class StandInTorch:
     """The torch module in a cell's namespace, but torch.optim.Adam, torch.autocast and
@@ -1580,40 +1517,26 @@ class StandInScaler:
 
 @pytest.mark.parametrize("device_type", ["cuda", "cpu", "mps"])
 def test_step_4_measures_adam_with_fused_true_against_pytorchs_default_form(device_type):
-    calls, measured = [], []
-    namespace = {**vars(nb), "device": torch.device(device_type), "torch": StandInTorch(calls), "results": [],
-                 "LEARNING_RATE": 3e-3, "compare": lambda rows, setting: None,
-                 "measure_setting": lambda setting, variants: measured.append((setting, variants)) or []}
-    run_cell("05", "cell-46a", namespace)
-    [(setting, (baseline, fix))] = measured
-    assert setting == "tiny batches" and (baseline["name"], fix["name"]) == ("baseline: Adam", "Adam(fused=True)")
+    calls = []
+    baseline, fix = step_4_variants(device_type, calls)
+    assert (baseline["name"], fix["name"]) == ("baseline: Adam", "Adam(fused=True)")
     assert "optimizer" not in baseline and fix["needs"] is None  # fused Adam runs on all three
     optimizer = fix["optimizer"]([nn.Parameter(torch.zeros(3))])
     assert calls == [("Adam", {"lr": 3e-3, "fused": True})] and optimizer.defaults["fused"] is True
 
 
-def test_the_baseline_adam_is_pytorchs_default_form_and_a_variant_brings_its_own(on_cpu):
-    # the default: on a CUDA GPU PyTorch groups the updates ("foreach"); a baseline forced to
-    # foreach=False would make fused=True look better than it is
-    plain = tiny_run({})
-    assert plain.optimizer.defaults["fused"] is None and plain.optimizer.defaults["foreach"] is None
-    made = []
-    run = tiny_run({"optimizer": lambda parameters: made.append(1) or torch.optim.SGD(parameters, lr=0.1)})
-    assert made == [1] and isinstance(run.optimizer, torch.optim.SGD)
-
-
 def stand_in_cuda_plan(monkeypatch, request, capability):
-    """The namespace after cells 05 and 54 on a CUDA GPU of `capability`, from stand-ins shaped like
-    PyTorch's answers: get_device_capability returns (major, minor), and is_bf16_supported returns True
-    as it does on a T4 too (by default it counts emulation: torch/cuda/__init__.py,
-    is_bf16_supported(including_emulation=True))."""
+    """The namespace after the settings cell and the autocast plan on a CUDA GPU of `capability`, from
+    stand-ins shaped like PyTorch's answers: get_device_capability returns (major, minor), and
+    is_bf16_supported returns True as it does on a T4 too (by default it counts emulation:
+    torch/cuda/__init__.py, is_bf16_supported(including_emulation=True))."""
     stand_in_capability(monkeypatch, capability)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
     logger = logging.getLogger("torch.utils.cpp_extension")
-    request.addfinalizer(lambda level=logger.level: logger.setLevel(level))  # cell-05 quietens it
+    request.addfinalizer(lambda level=logger.level: logger.setLevel(level))  # the settings cell quietens it
     namespace = {**vars(nb), "device": torch.device("cuda")}
-    run_cell("05", "cell-05", namespace)
-    printed = run_cell("05", "cell-54", namespace)
+    run_cell("05", "settings", namespace)
+    printed = run_cell("05", "autocast-plan", namespace)
     assert namespace["CAPABILITY"] == capability
     return namespace, printed
 
@@ -1632,11 +1555,12 @@ def test_mixed_precision_on_cuda_picks_its_type_by_capability_and_scales_float16
     assert printed.startswith(f"On cuda: {dtype}, GradScaler: {scaler}")
     calls, measured = [], []
     namespace.update(torch=StandInTorch(calls), results=[], compare=lambda rows, setting: None,
-                     measure_setting=lambda setting, variants: measured.append((setting, variants)) or [])
-    run_cell("05", "cell-60a", namespace)
-    run_cell("05", "cell-60", namespace)
-    [(setting, (baseline, variant))] = measured
-    assert setting == "big model" and set(baseline) == {"name"}
+                     jobs={"big model": "the big-model job"},
+                     measure_setting=lambda job, variants: measured.append((job, variants)) or [])
+    run_cell("05", "mixed-step", namespace)
+    run_cell("05", "mixed-measure", namespace)
+    [(job, (baseline, variant))] = measured
+    assert job == "the big-model job" and set(baseline) == {"name"}
     assert variant["step"] is namespace["mixed_precision_step"] and variant["dtype"] is dtype
     assert variant["name"] == f"autocast {str(dtype)[6:]}" + " + GradScaler" * scaler
     scaler_made = variant["scaler"]()  # what new_run calls for each run of the variant
@@ -1650,9 +1574,10 @@ def test_mixed_precision_on_cuda_picks_its_type_by_capability_and_scales_float16
                                       zero_grad=lambda set_to_none: calls.append("optimizer.zero_grad"))
     run = types.SimpleNamespace(forward=lambda images: calls.append("forward") or model(images),
                                 dtype=variant["dtype"], scaler=scaler_made, optimizer=optimizer,
-                                schedule=types.SimpleNamespace(step=lambda: calls.append("schedule.step")),
-                                losses=[])
+                                device=torch.device("cuda"), losses=[],
+                                schedule=types.SimpleNamespace(step=lambda: calls.append("schedule.step")))
     namespace["next_batch"] = lambda run: (torch.randn(2, 4), torch.tensor([0, 2]))
+    namespace["part"] = lambda name, times=None, device=None: contextlib.nullcontext()
     loss_function = nn.functional.cross_entropy
     namespace["nn"] = types.SimpleNamespace(functional=types.SimpleNamespace(
         cross_entropy=lambda logits, labels: calls.append("loss") or loss_function(logits, labels)))
@@ -1663,35 +1588,10 @@ def test_mixed_precision_on_cuda_picks_its_type_by_capability_and_scales_float16
     assert model.weight.grad is not None and len(run.losses) == 1  # the scaled loss went backward
 
 
-def test_no_dtype_choice_relies_on_is_bf16_supported(monkeypatch):
-    # torch.cuda.is_bf16_supported() counts emulation by default, so it says True on a T4, where
-    # bfloat16 has no Tensor Cores (torch/cuda/__init__.py: including_emulation=True). The notebook
-    # decides by the compute capability; a call is allowed only with including_emulation=False.
-    for source in code_cells(NOTEBOOK):
-        for call in re.findall(r"is_bf16_supported\(([^)]*)\)", source):
-            assert "including_emulation=False" in call, source
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: pytest.fail("asked"))
-    assert nb.autocast_plan("cuda", (7, 5))[:2] == (torch.float16, True)
-    assert nb.autocast_plan("cuda", (8, 0))[:2] == (torch.bfloat16, False)
-
-
-def test_step_5_explains_tensor_cores_and_the_emulated_bfloat16_with_its_sources():
-    text = " ".join(cell_markdown_before("cell-54").split())
-    assert text.startswith("## Step 5") and "**[Tensor Cores](#glossary-tensor-cores)**" in text
-    assert "https://www.nvidia.com/en-us/data-center/tesla-t4/" in text and "65 TFLOP/s" in text
-    # cited from PyTorch's source (is_bf16_supported(including_emulation=True) in
-    # torch/cuda/__init__.py), not from a pull request that was never merged
-    assert "`including_emulation=False`" in text
-    assert ("[`torch/cuda/__init__.py`](https://github.com/pytorch/pytorch/blob/main/torch/cuda/__init__.py)"
-            in text) and "/pull/" not in text
-    first = min(index for index, cell in enumerate(NOTEBOOK.cells) if "Tensor Core" in cell.source)
-    assert NOTEBOOK.cells[first].get("id") == "cell-53", "Tensor Cores are explained where first named"
-
-
-def test_the_core_hands_its_key_figures_to_report_figures_once(on_cpu):
+def test_the_core_hands_its_key_figures_to_report_figures_once():
     calls = [(index, cell.get("id")) for index, cell in enumerate(NOTEBOOK.cells) if cell.cell_type == "code"
              and "report_figures(" in cell.source and not cell.source.startswith("#@title Shared setup")]
-    assert [cell_id for _, cell_id in calls] == ["cell-69b"] and calls[0][0] < len(core_cells(NOTEBOOK))
+    assert [cell_id for _, cell_id in calls] == ["report-figures"] and calls[0][0] < len(core_cells(NOTEBOOK))
     reported = []
 
     def measured(setting, variant, baseline, step_ms, speedup_x):
@@ -1701,22 +1601,183 @@ def test_the_core_hands_its_key_figures_to_report_figures_once(on_cpu):
     results = [measured("heavy data", "baseline: num_workers=0", True, 41.25, 1.0),
                measured("heavy data", "num_workers=2", False, 20.5, 2.01234),
                measured("tiny batches", "baseline: Adam", True, 3.5, 1.0),
-               {"setting": "tiny batches", "variant": "Adam(fused=True)", "not_run": "needs a CPU, ..."},
-               measured("big model", "baseline: float32", True, 120.0, 1.0),
-               measured("big model", "autocast float16 + GradScaler", False, 60.0, 1.9)]
+               {"setting": "tiny batches", "variant": "Adam(fused=True)", "not_run": "needs a CPU, ..."}]
     verdicts = pd.DataFrame({"verdict": {"heavy data": "data-bound", "tiny batches": "launch-bound",
                                          "big model": "compute-bound"}})
     namespace = {**vars(nb), "verdicts": verdicts, "results": results, "LAUNCH_S": 12.25e-6,
-                 "FLOP_PER_S": 8.12e12, "AMP_DTYPE": torch.float16,
-                 "checks": pd.DataFrame({"kept": [True, False]}),
+                 "FLOP_PER_S": 8.12e12, "checks": pd.DataFrame({"kept": [True]}),
                  "report_figures": lambda fallback=None, **figures: reported.append((fallback, figures))}
-    assert run_cell("05", "cell-69b", namespace) == ""
+    assert run_cell("05", "report-figures", namespace) == ""
     assert reported == [(None, {
         "heavy_data_verdict": "data-bound", "tiny_batches_verdict": "launch-bound",
         "big_model_verdict": "compute-bound",
         "heavy_data_baseline_ms_per_step": 41.25, "heavy_data_fix": "num_workers=2", "heavy_data_speedup_x": 2.012,
         "tiny_batches_baseline_ms_per_step": 3.5,
-        "big_model_baseline_ms_per_step": 120.0, "big_model_fix": "autocast float16 + GradScaler",
-        "big_model_speedup_x": 1.9,
-        "launch_overhead_us": 12.25, "throughput_gflop_s": 8120.0, "amp_dtype": "float16",
-        "fixes_kept": 1, "fixes_checked": 2})]
+        "launch_overhead_us": 12.25, "throughput_gflop_s": 8120.0, "fixes_kept": 1, "fixes_checked": 1})]
+
+
+# --- fastai: the same tricks through its Learner (Going deeper E) ----------------------------------
+
+@pytest.fixture
+def fastai_cells():
+    """The namespace after the notebook's cells that import fastai and define the DeviceAutocast
+    callback, run for real; and a tiny Learner on the CPU in place of shapes_learner (the notebook's
+    needs the settings' made-up pictures)."""
+    pytest.importorskip("fastai")
+    namespace = {**vars(nb), "UNAVAILABLE": set(), "progress_bar": lambda items: items,
+                 "jobs": {"big model": "the big-model job"}}
+    with warnings.catch_warnings():
+        # fastai's tabular module sets a pandas option that pandas 3 deprecates: nothing to act on here
+        warnings.filterwarnings("ignore", message="The 'mode.chained_assignment' option is deprecated")
+        run_cell("05", "fastai-import", namespace)
+    run_cell("05", "fastai-callback", namespace)
+    assert namespace["FASTAI"] and "DeviceAutocast" in namespace
+
+    def shapes_learner(job, train_count=256):
+        assert job == "the big-model job"
+        generator = torch.Generator().manual_seed(0)
+        items = [(torch.randn(3, 16, 16, generator=generator), index % 4) for index in range(8)]
+        dls = namespace["DataLoaders"].from_dsets(items, items, bs=4, num_workers=0, device=CPU)
+        return namespace["Learner"](dls, nb.make_cnn(4), loss_func=nn.CrossEntropyLoss())
+
+    namespace["shapes_learner"] = shapes_learner
+    return namespace
+
+
+@pytest.mark.gpu_branch("05", "cell fastai-run: device.type != 'cuda'")
+@pytest.mark.parametrize("device_type, amp_dtype, switch, callbacks", [
+    ("cuda", torch.float16, "to_fp16", {"MixedPrecision"}),  # a T4: fastai's own float16 with its scaler
+    ("cuda", torch.bfloat16, "to_bf16", {"MixedPrecision"}),  # an A100
+    ("mps", torch.float16, "to_fp16", {"MixedPrecision", "DeviceAutocast"}),  # fastai's autocast is CUDA's
+    ("cpu", torch.bfloat16, "to_bf16", {"MixedPrecision", "DeviceAutocast"}),
+])
+def test_fastai_gets_the_notebooks_own_autocast_callback_only_off_cuda(fastai_cells, device_type, amp_dtype,
+                                                                      switch, callbacks):
+    # Training needs the device: fit_and_record's stand-in records the callbacks of each Learner it gets.
+    fitted, shown = {}, []
+
+    def fit_and_record(learn, epochs=1):
+        fitted[len(fitted)] = {type(callback).__name__ for callback in learn.cbs}
+        return {"seconds": 1.0, "first_conv_dtype": "float32"}
+
+    namespace = fastai_cells  # itself: DeviceAutocast reads AMP_DTYPE there
+    namespace.update(device=torch.device(device_type), AMP_DTYPE=amp_dtype, fit_and_record=fit_and_record,
+                     display=shown.append)
+    run_cell("05", "fastai-run", namespace)
+    assert namespace["FASTAI_MIXED"] == switch  # Going deeper A's plan, in fastai's words
+    labels = ["plain float32", f"learn.{switch}()"] + ["DeviceAutocast callback"] * (device_type != "cuda")
+    assert list(namespace["fastai_rows"]) == labels and list(shown[0].index) == labels
+    standard = fitted[0]  # fastai's own callbacks, in every Learner
+    assert not standard & {"MixedPrecision", "DeviceAutocast"}
+    assert set().union(*(names - standard for names in fitted.values())) == callbacks
+    assert fitted[1] - standard == {"MixedPrecision"}
+
+
+def test_on_a_cpu_fastais_mixed_precision_leaves_float32_and_the_notebooks_callback_computes_in_bfloat16(
+        fastai_cells):
+    # what the notebook's fastai cells say, trained for real (one epoch of 8 pictures)
+    shown = []
+    namespace = fastai_cells  # itself: DeviceAutocast reads AMP_DTYPE there
+    namespace.update(device=CPU, AMP_DTYPE=torch.bfloat16, display=shown.append)
+    run_cell("05", "fastai-run", namespace)
+    dtypes = {label: row["first_conv_dtype"] for label, row in namespace["fastai_rows"].items()}
+    assert dtypes == {"plain float32": "float32", "learn.to_bf16()": "float32",
+                      "DeviceAutocast callback": "bfloat16"}
+    printed = " ".join(run_cell("05", "fastai-say", namespace).split())
+    assert printed == ("On cpu, learn.to_bf16() left the convolutions in float32: fastai's callback opens CUDA "
+                       "autocast only. The DeviceAutocast callback ran them in bfloat16.")
+
+
+@pytest.mark.parametrize("device_type, mixed, dtypes, expected", [
+    # a T4: fastai's to_fp16 opens CUDA autocast, so the convolutions run in float16
+    ("cuda", "to_fp16", {"learn.to_fp16()": "float16"}, "fastai's mixed precision works"),
+    # a CPU or a Mac: fastai's callback opens CUDA autocast only; the notebook's own callback works
+    ("cpu", "to_bf16", {"learn.to_bf16()": "float32", "DeviceAutocast callback": "bfloat16"},
+     "left the convolutions in float32: fastai's callback opens CUDA autocast only. The "
+     "DeviceAutocast callback ran them in bfloat16."),
+    ("cpu", "to_bf16", {}, ""),  # fastai not installed: the part is skipped
+])
+def test_what_the_fastai_runs_say_on_a_gpu_and_elsewhere(device_type, mixed, dtypes, expected):
+    rows = {label: {"first_conv_dtype": dtype} for label, dtype in dtypes.items()}
+    namespace = {"FASTAI": bool(dtypes), "FASTAI_MIXED": mixed, "fastai_rows": rows,
+                 "device": torch.device(device_type)}
+    printed = run_cell("05", "fastai-say", namespace)
+    assert (expected in printed) if expected else printed == ""
+    assert printed.startswith(f"On {device_type}, learn.{mixed}()") or not dtypes
+
+
+# --- the exercises: each check with the wrong answer a learner is likely to write ------------------
+# The nbval run checks that each untouched starter says NOT DONE YET and each answer PASSED (conftest.py);
+# here each check meets a likely wrong answer and must say what is wrong.
+
+@pytest.mark.exercise("05", "part-times")
+def test_exercise_1_says_a_timing_in_seconds_is_not_in_milliseconds(shapes_module):
+    job = tiny_job(shapes_module, feed="decode on every read")
+    baseline_s = {"data": 0.004, "forward": 0.001, "backward": 0.001, "optimizer": 0.001}
+
+    def in_seconds(run, steps, warmup=2):  # Step 1's loop, copied without the * 1000
+        for _ in range(warmup):
+            nb.train_step(run)
+        times = {}
+        for _ in range(steps):
+            nb.train_step(run, times)
+        return {label: statistics.median(seconds) for label, seconds in times.items()}
+
+    said = nb.check_part_medians(in_seconds, job, 1, baseline_s)
+    assert said.startswith("NOT YET RIGHT: your parts add up to ") and "(seconds, not milliseconds?)" in said
+
+
+def test_exercise_1_says_how_many_steps_ran_when_the_warm_up_is_missing_and_passes_its_answer(shapes_module):
+    job = tiny_job(shapes_module, feed="decode on every read")
+    baseline_s = {"data": 0.004, "forward": 0.001, "backward": 0.001, "optimizer": 0.001}
+
+    def without_warm_up(run, steps, warmup=2):
+        times = {}
+        for _ in range(steps):
+            nb.train_step(run, times)
+        return {label: 1000 * statistics.median(seconds) for label, seconds in times.items()}
+
+    said = nb.check_part_medians(without_warm_up, job, 0, baseline_s)
+    assert said == "NOT YET RIGHT: 4 training steps ran; with warmup=2 and steps=4 there should be 6"
+    assert nb.check_part_medians(lambda run, steps, warmup=2: None, job, 0, baseline_s).startswith(
+        "NOT DONE YET")
+    answer = nb.part_medians_ms_answer  # the notebook's answer, loaded with its helpers
+    said = nb.check_part_medians(answer, job, 1, baseline_s)
+    assert said.startswith("PASSED: with 1 workers the data part took ") and "against 4.00 ms" in said
+
+
+@pytest.mark.exercise("05", "forward-flops")
+def test_exercise_2_says_the_backward_pass_was_counted_too():
+    model, images = nb.make_cnn(4), torch.randn(2, 3, 16, 16)
+    with FlopCounterMode(display=False) as counter:  # the forward and the backward pass
+        model(images).sum().backward()
+    said = nb.check_forward_flops(counter.get_total_flops(), model, images)
+    assert said.startswith("NOT YET RIGHT: you counted 2.") and said.endswith(
+        "(did the backward pass run inside the counter too?)")
+    assert nb.check_forward_flops(0, model, images).startswith("NOT DONE YET")
+    with FlopCounterMode(display=False) as counter:
+        model(images)
+    assert nb.check_forward_flops(counter.get_total_flops(), model, images).startswith("PASSED: ")
+
+
+@pytest.mark.exercise("05", "t4-costs")
+def test_exercise_3_says_an_arithmetic_time_multiplied_instead_of_divided_is_off():
+    operations, flops = 150.0, 1.62e9
+    said = nb.check_t4_costs(150.0 * 10e-6, flops * 8.1e12, operations, flops, 10e-6, 8.1e12)
+    assert said.startswith("NOT YET RIGHT: your arithmetic time is 1.31e+22 s, 6.56e+25 times the 0.0002 s")
+    assert nb.check_t4_costs(..., ..., operations, flops, 10e-6, 8.1e12).startswith("NOT DONE YET")
+    said = nb.check_t4_costs(150.0 * 10e-6, flops / 8.1e12, operations, flops, 10e-6, 8.1e12)
+    assert said == ("PASSED: 1.500 ms of launches against 0.200 ms of arithmetic: on such a GPU the big "
+                    "model's training step would be launch-bound, if its data keeps up")
+
+
+# --- the taught calls: in view where the prose teaches them -------------------------------------
+
+def test_the_taught_calls_are_in_the_visible_cells_of_their_steps():
+    # test_learner_first.py checks that each is in a visible cell of the core; here, that each is in the
+    # cell of the step whose prose teaches it
+    cells = {cell.get("id"): cell.source for cell in NOTEBOOK.cells}
+    where = {0: "train-step", 1: "timing-loop", 2: "timing-loop", 3: "profile", 4: "flop-count",
+             5: "workers-fix", 6: "fused-fix"}
+    for index, cell_id in where.items():
+        assert re.search(TAUGHT_CALLS[index], cells[cell_id], re.S), (TAUGHT_CALLS[index], cell_id)

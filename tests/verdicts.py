@@ -145,13 +145,14 @@ VERDICTS = {
                 "offline the first look shows a drawing labelled as one, not a photo it cannot have"),
     ],
     # --- 05: find the bottleneck --------------------------------------------------------------------------
-    ("05", "cell-65"): [
+    ("05", "results-check"): [
         Verdict(r"^All \d+ checked variants kept the results within the tolerance", "always",
-                "every speed-up keeps loss and accuracy (the correctness verdict of Step 6)"),
+                "the core's fixes (workers, fused Adam) keep loss and accuracy: the correctness verdict "
+                "after Step 4"),
     ],
-    ("05", "cell-58"): [
+    ("05", "cpu-bf16"): [
         Verdict(r"^CPU: .*; bfloat16 hardware: (AMX|AVX512-BF16|ARM|none|unknown)", "cpu",
-                "with the CPU as the device, Going deeper E reads its bfloat16 instructions (with a GPU "
+                "with the CPU as the device, Going deeper A reads its bfloat16 instructions (with a GPU "
                 "it must not: tests/test_05_faster.py)"),
     ],
     # --- 06: more than one GPU -----------------------------------------------------------------------------
