@@ -759,3 +759,92 @@ def test_describe_device_names_a_cuda_gpu_by_its_name(monkeypatch):
     assert nb.describe_device(GPU) == "Tesla T4" and asked == [GPU]
     assert nb.describe_device(CPU).endswith(f"CPU ({torch.backends.cpu.get_cpu_capability()})")
     assert nb.describe_device(torch.device("mps")) == "mps" and len(asked) == 1
+
+
+# --- the exercises: each check given a likely wrong answer -------------------------------------------
+
+def naive_median_timer(fn, device, repeats=3):
+    """Exercise 1 as a learner may finish it: the median, but no synchronize."""
+    fn()
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        seconds.append(time.perf_counter() - start)
+    return float(np.median(seconds))
+
+
+@pytest.mark.exercise("04", "timer")
+def test_a_timer_without_synchronize_is_told_that_the_work_was_still_queued():
+    feedback = nb.check_timer(naive_median_timer, CPU, warm_s=0.02)
+    assert feedback.startswith("NOT YET RIGHT: ") and "still queued" in feedback
+    assert "synchronize(device) after fn(), before you read the clock" in feedback
+
+
+TIMER = """
+def my_timer(fn, device, repeats=3):
+    {warm_up}
+    seconds = []
+    for _ in range(repeats):
+        {before}
+        start = time.perf_counter()
+        fn()
+        {after}
+        seconds.append(time.perf_counter() - start)
+    return {result}
+"""
+
+
+def timer_check_of(**mistakes):
+    """What check_timer says of the timer TIMER with `mistakes` (parts replaced), defined beside the
+    check, where the check's stand-in synchronize replaces the shared one."""
+    parts = {"warm_up": "fn()", "before": "synchronize(device)", "after": "synchronize(device)",
+             "result": "statistics.median(seconds)", **mistakes}
+    space = helpers_and()
+    run_cell("04", "exercise-timer-check", space)
+    exec(TIMER.format(**parts), space)
+    return space["check_timer"](space["my_timer"], CPU, warm_s=0.02)
+
+
+def test_the_timer_check_names_each_other_mistake():
+    assert timer_check_of().startswith("PASSED: ")
+    assert nb.check_timer(nb.my_time_it_answer, CPU, warm_s=0.02).startswith("PASSED: ")  # the notebook's answer
+    assert "then the 3 timed ones" in timer_check_of(warm_up="pass")
+    assert "still queued when the clock started" in timer_check_of(before="pass")
+    assert "still queued" in timer_check_of(after="pass")
+    assert "Return the median" in timer_check_of(result="statistics.mean(seconds)")
+    assert timer_check_of(result="'fast'") == "NOT YET RIGHT: it returned 'fast', not a number of seconds."
+    assert nb.check_timer(lambda fn, device, repeats: ..., CPU).startswith("NOT DONE YET")
+    assert "raised ZeroDivisionError" in nb.check_timer(lambda fn, device, repeats: 1 / 0, CPU)
+    assert nb.check_timer.__globals__["synchronize"] is nb.synchronize  # the shared one is back
+
+
+@pytest.mark.exercise("04", "batch")
+def test_a_break_even_that_forgets_the_batch_size_is_told_which_batch():
+    def gpu_wins(depth, batch_size, cpu, gpu):
+        flop_per_op = nb.step_flops(depth) / nb.launches_per_step(depth)  # batches of 100, always
+        return flop_per_op > (gpu[0] - cpu[0]) * cpu[1]
+
+    feedback = nb.check_batch(gpu_wins)
+    assert feedback.startswith("NOT YET RIGHT: for the 9-layer model with batches of 10 ")
+    assert "it says True, the cost model False" in feedback and "the break-even is 1,000,000" in feedback
+
+
+def test_the_batch_check_tells_not_done_from_wrong():
+    assert nb.check_batch(lambda depth, batch_size, cpu, gpu: ...) == "NOT DONE YET: gpu_wins still returns `...`."
+    assert nb.check_batch(lambda depth, batch_size, cpu, gpu: ... > 1).startswith("NOT DONE YET: replace")
+    assert "raised TypeError" in nb.check_batch(lambda depth, batch_size, cpu, gpu: "a" > 1)
+    without_the_cpu = nb.check_batch(lambda depth, b, cpu, gpu: nb.step_flops(depth, b) / nb.launches_per_step(depth)
+                                     > gpu[0] * cpu[1])
+    assert without_the_cpu.startswith("NOT YET RIGHT: for the 9-layer model with batches of 100 ")
+    assert all(nb.gpu_faster_by_the_cost_model(depth, 100, (30e-6, 50e9), (10e-6, 8e12)) for depth in DEPTHS)
+
+
+@pytest.mark.exercise("04", "width")
+def test_widths_with_one_layer_too_many_are_told_how_many_widths_a_depth_needs():
+    feedback = nb.check_widths(lambda depth, width=256: [2] + [width] * depth + [2])
+    assert feedback == ("NOT YET RIGHT: for depth 2 it gives [2, 256, 256, 2], expected [2, 256, 2]: 2 Linear "
+                        "layers need 3 widths, the 2 inputs first and the 2 classes last.")
+    assert nb.check_widths(lambda depth: ...) == "NOT DONE YET: constant_widths still returns `...`."
+    passed = nb.check_widths(lambda depth, width=256: [2] + [width] * (depth - 1) + [2])
+    assert passed.startswith("PASSED. FLOPs per operation with batches of 100: 2 layers 34,133, 3 layers")
