@@ -177,7 +177,8 @@ def test_the_synchronize_demo_on_a_cuda_gpu_synchronizes_before_the_correct_timi
     out = run_cell("04", "sync-demo", space)
     assert events == ["naive", ("synchronize", GPU), ("time_it", GPU)]
     assert space["sync_ratios"] == {"cuda": pytest.approx(2500)}
-    assert out.startswith("cuda: naive 0.01 ms, synchronized 25 ms. The naive timing is 2,500 times too small")
+    assert out.startswith("cuda: naive 0.01 ms, synchronized 25 ms. The naive timing is 2,500 times "
+                          "too small")
 
 
 # --- the sweep ----------------------------------------------------------------------------------
@@ -559,13 +560,12 @@ def test_overlapping_fit_recovers_known_parameters(overhead_s, flop_per_s):
     seconds = synthetic_overlapping_seconds(overhead_s, flop_per_s, LAUNCHES, FLOPS)
     launch_bound = np.multiply(LAUNCHES, overhead_s) >= np.divide(FLOPS, flop_per_s)
     assert 1 < launch_bound.sum() < len(LAUNCHES) - 1  # both regimes in the data
-    assert nb.fit_cost_model(LAUNCHES, FLOPS, seconds, overlap=True) == pytest.approx((overhead_s, flop_per_s),
-                                                                                      rel=1e-6)
+    known = (overhead_s, flop_per_s)
+    assert nb.fit_cost_model(LAUNCHES, FLOPS, seconds, overlap=True) == pytest.approx(known, rel=1e-6)
     summed = nb.fit_cost_model(LAUNCHES, FLOPS, seconds)  # the CPU's model gets them wrong
-    assert summed != pytest.approx((overhead_s, flop_per_s), rel=0.05)
+    assert summed != pytest.approx(known, rel=0.05)
     noisy = seconds * (1 + 0.05 * np.random.default_rng(0).uniform(-1, 1, len(seconds)))
-    assert nb.fit_cost_model(LAUNCHES, FLOPS, noisy, overlap=True) == pytest.approx((overhead_s, flop_per_s),
-                                                                                    rel=0.1)
+    assert nb.fit_cost_model(LAUNCHES, FLOPS, noisy, overlap=True) == pytest.approx(known, rel=0.1)
 
 
 def test_overlapping_fit_when_every_model_is_launch_bound():
@@ -575,7 +575,8 @@ def test_overlapping_fit_when_every_model_is_launch_bound():
     flops = [nb.step_flops(depth) for depth in DEPTHS]
     seconds = synthetic_overlapping_seconds(10e-6, 8e12, launches, flops)
     assert np.allclose(seconds, np.multiply(launches, 10e-6))
-    assert nb.fit_cost_model(launches, flops, seconds, overlap=True) == (pytest.approx(10e-6, rel=1e-9), math.inf)
+    fitted = nb.fit_cost_model(launches, flops, seconds, overlap=True)
+    assert fitted == (pytest.approx(10e-6, rel=1e-9), math.inf)
 
 
 def test_break_even_makes_both_devices_equally_fast():
@@ -635,7 +636,8 @@ def test_break_even_sentence():
 
 @pytest.mark.parametrize("throughput, below", [(8e9, False), (7.99e9, True)])
 def test_fit_verdict_at_its_edge(throughput, below):
-    assert ("use the device less well" in nb.describe_fit("cpu", False, (20e-6, throughput), (20e-6, 10e9))) == below
+    text = nb.describe_fit("cpu", False, (20e-6, throughput), (20e-6, 10e9))
+    assert ("use the device less well" in text) == below
 
 
 def test_flops_per_launch_sentence_matches_the_formulas():
@@ -656,7 +658,8 @@ def test_batch_sentence():
 
 @pytest.mark.parametrize("worst, warned", [(15.0, False), (15.1, True)])
 def test_batch_verdict_at_its_edge(worst, warned):
-    assert ("other programs" in nb.describe_batch_effect("cpu", pd.Series([worst, 2.0], index=[2, 6]))) == warned
+    text = nb.describe_batch_effect("cpu", pd.Series([worst, 2.0], index=[2, 6]))
+    assert ("other programs" in text) == warned
 
 
 # --- Going deeper D: a cold start, Timer, a busy machine -------------------------------------------
@@ -808,7 +811,7 @@ def timer_check_of(**mistakes):
 
 def test_the_timer_check_names_each_other_mistake():
     assert timer_check_of().startswith("PASSED: ")
-    assert nb.check_timer(nb.my_time_it_answer, CPU, warm_s=0.02).startswith("PASSED: ")  # the notebook's answer
+    assert nb.check_timer(nb.my_time_it_answer, CPU, warm_s=0.02).startswith("PASSED: ")  # the answer cell
     assert "then the 3 timed ones" in timer_check_of(warm_up="pass")
     assert "still queued when the clock started" in timer_check_of(before="pass")
     assert "still queued" in timer_check_of(after="pass")
@@ -831,11 +834,12 @@ def test_a_break_even_that_forgets_the_batch_size_is_told_which_batch():
 
 
 def test_the_batch_check_tells_not_done_from_wrong():
-    assert nb.check_batch(lambda depth, batch_size, cpu, gpu: ...) == "NOT DONE YET: gpu_wins still returns `...`."
+    not_done = nb.check_batch(lambda depth, batch_size, cpu, gpu: ...)
+    assert not_done == "NOT DONE YET: gpu_wins still returns `...`."
     assert nb.check_batch(lambda depth, batch_size, cpu, gpu: ... > 1).startswith("NOT DONE YET: replace")
     assert "raised TypeError" in nb.check_batch(lambda depth, batch_size, cpu, gpu: "a" > 1)
-    without_the_cpu = nb.check_batch(lambda depth, b, cpu, gpu: nb.step_flops(depth, b) / nb.launches_per_step(depth)
-                                     > gpu[0] * cpu[1])
+    without_the_cpu = nb.check_batch(
+        lambda depth, b, cpu, gpu: nb.step_flops(depth, b) / nb.launches_per_step(depth) > gpu[0] * cpu[1])
     assert without_the_cpu.startswith("NOT YET RIGHT: for the 9-layer model with batches of 100 ")
     assert all(nb.gpu_faster_by_the_cost_model(depth, 100, (30e-6, 50e9), (10e-6, 8e12)) for depth in DEPTHS)
 
@@ -843,8 +847,8 @@ def test_the_batch_check_tells_not_done_from_wrong():
 @pytest.mark.exercise("04", "width")
 def test_widths_with_one_layer_too_many_are_told_how_many_widths_a_depth_needs():
     feedback = nb.check_widths(lambda depth, width=256: [2] + [width] * depth + [2])
-    assert feedback == ("NOT YET RIGHT: for depth 2 it gives [2, 256, 256, 2], expected [2, 256, 2]: 2 Linear "
-                        "layers need 3 widths, the 2 inputs first and the 2 classes last.")
+    assert feedback == ("NOT YET RIGHT: for depth 2 it gives [2, 256, 256, 2], expected [2, 256, 2]: "
+                        "2 Linear layers need 3 widths, the 2 inputs first and the 2 classes last.")
     assert nb.check_widths(lambda depth: ...) == "NOT DONE YET: constant_widths still returns `...`."
     passed = nb.check_widths(lambda depth, width=256: [2] + [width] * (depth - 1) + [2])
     assert passed.startswith("PASSED. FLOPs per operation with batches of 100: 2 layers 34,133, 3 layers")
