@@ -144,6 +144,19 @@ VERDICTS = {
         Verdict(r"^bird: STAND-IN DRAWING \(no search\)\.$", "offline",
                 "offline the first look shows a drawing labelled as one, not a photo it cannot have"),
     ],
+    # --- 04: when does the GPU win ------------------------------------------------------------------------
+    ("04", "sync-demo"): [
+        Verdict(r"^cpu: naive [\d.e+-]+ ms, synchronized [\d.e+-]+ ms\. The two timings (agree|differ)", "cpu",
+                "the synchronize demo times the CPU both ways and reads its own two numbers"),
+        Verdict(r"^(cuda|mps|xpu): naive [\d.e+-]+ ms, synchronized [\d.e+-]+ ms\. The naive timing is "
+                r"[\d,]+ times too small", "gpu", "on a GPU the naive clock stops before the product is done"),
+    ],
+    ("04", "break-even"): [
+        Verdict(r"^Only the CPU was measured\. Its operations carry [\d,]+ \(\d+ layers\) to", "cpu",
+                "without a GPU the cell says what the CPU's numbers mean for a GPU, and invents no GPU numbers"),
+        Verdict(r"^(cuda|mps|xpu): (break-even at [\d,]+ FLOPs per operation|its fixed cost per operation is "
+                r"below).* Your sweep: ", "gpu", "with a GPU the cost model's prediction stands beside the sweep"),
+    ],
     # --- 05: find the bottleneck --------------------------------------------------------------------------
     ("05", "results-check"): [
         Verdict(r"^All \d+ checked variants kept the results within the tolerance", "always",
