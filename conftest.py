@@ -105,10 +105,8 @@ def check_core_budget(path, cell_id, outputs):
     if cell_id != core_ids[-1]:
         return
     counted = CORE_SHOWN[key]
-    number = path.name[:2]
-    limit = None if number in nc.CORES_NOT_YET_WITHIN_LIMIT else nc.CORE_LIMIT_MINUTES
     problems = nc.budget_problems(notebook, sum(n for n, _, _ in counted.values()),
-                                  sum(n for _, n, _ in counted.values()), limit)
+                                  sum(n for _, n, _ in counted.values()), nc.CORE_LIMIT_MINUTES)
     if problems:
         # which cells printed prose, and the prose lines of the one that printed most: a run on a
         # busy machine may print lines a quiet one does not, and the log is all CI keeps

@@ -185,11 +185,6 @@ from anatomy import (PROSE_LINE_WORDS, SUMMARY_HEADING, budget_problems, class_r
                      printed_prose_words, rounded_up, tables_and_figures, visible_core_code_cells,
                      visible_core_code_lines, workshop_t4, CORE_LIMIT_MINUTES)
 
-# The cores still being reworked to fit the class rule's limit (issue 39). Each states the rule's
-# minutes honestly in its title table, over the limit, and leaves this set when its core fits; the
-# set ends empty.
-CORES_NOT_YET_WITHIN_LIMIT = set()
-
 # The least T4 run time, in minutes, a title table may state for its core until a GPU record measures
 # it: an instructor's reading of each core as it was on 2026-11-27 (issue 39). A core that moves work
 # out may state less, with the reason beside its number here.

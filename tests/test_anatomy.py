@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 import anatomy
-from notebook_code import CORES_NOT_YET_WITHIN_LIMIT, NOTEBOOKS, T4_RUN_MINUTES_AT_LEAST, read
+from notebook_code import NOTEBOOKS, T4_RUN_MINUTES_AT_LEAST, read
 
 NOTEBOOK_IDS = [path.name for path in NOTEBOOKS]
 SKELETON = ["# 99 · Title\n\nWhat you will find out.", "## Setup", "## Step 1 · One", "## Step 2 · Two",
@@ -143,10 +143,8 @@ def test_the_title_table_is_at_least_what_the_source_alone_gives(path):
     assert stated[1] >= T4_RUN_MINUTES_AT_LEAST[path.name[:2]], "the T4 run time is below its floor"
     least = anatomy.class_rule_minutes(**anatomy.core_counts(notebook, 0, 0))
     assert stated[0] >= least, f"the title says {stated[0]} min, the source alone gives {least:.1f}"
-    if path.name[:2] not in CORES_NOT_YET_WITHIN_LIMIT:
-        assert stated[0] <= anatomy.CORE_LIMIT_MINUTES
+    assert stated[0] <= anatomy.CORE_LIMIT_MINUTES
 
 
-def test_cores_not_yet_within_the_limit_are_real_notebooks():
-    assert CORES_NOT_YET_WITHIN_LIMIT <= {path.name[:2] for path in NOTEBOOKS}
+def test_every_notebook_has_a_t4_floor_and_no_other_has():
     assert set(T4_RUN_MINUTES_AT_LEAST) == {path.name[:2] for path in NOTEBOOKS}

@@ -28,10 +28,6 @@ from verdicts import starter_and_answer_verdicts
 NOTEBOOK_IDS = [path.name for path in NOTEBOOKS]
 EXERCISE_HEADING = re.compile(r"^### Exercise (\d+) · \S")
 
-# The notebooks whose exercises are still being written (issue 40); each leaves this set when its
-# exercises have the form above. The set ends empty.
-EXERCISES_NOT_YET = set()
-
 
 def exercises(notebook):
     """{name: {"task": cell, "check": cell, "starter": cell, "answer": cell}} of the notebook's
@@ -103,8 +99,6 @@ def exercise_problems(notebook):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
 def test_every_notebook_has_two_to_four_exercises_in_the_form(path):
-    if path.name[:2] in EXERCISES_NOT_YET:
-        pytest.skip("its exercises are being written (issue 40)")
     assert exercise_problems(read(path)) == []
 
 
@@ -119,11 +113,11 @@ def claimed_exercises():
 
 
 def test_every_exercise_has_a_test_of_its_likely_wrong_answer():
-    wanted = {(path.name[:2], name) for path in NOTEBOOKS if path.name[:2] not in EXERCISES_NOT_YET
+    wanted = {(path.name[:2], name) for path in NOTEBOOKS
               for name in exercises(read(path))}
     claimed = claimed_exercises()
     assert wanted - claimed == set(), "exercises without a wrong-answer test (@pytest.mark.exercise)"
-    assert {key for key in claimed if key[0] not in EXERCISES_NOT_YET} <= wanted, "claims of no exercise"
+    assert claimed <= wanted, "claims of no exercise"
 
 
 # --- The rules above, tried on made-up notebooks ---------------------------------------------------
