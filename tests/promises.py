@@ -48,6 +48,14 @@ PROMISES = {
                 "the Summary names the one exception to 'install only the driver': AOTInductor on a GPU "
                 "compiles against the CUDA toolkit's headers (issue 37)"),
     ],
+    "05": [
+        Promise(r"\(\[`torch/cuda/__init__.py`\]\(https://github.com/pytorch/pytorch/blob/main/torch/cuda/"
+                r"__init__.py\)\)", "notebook",
+                "why is_bf16_supported() says True on a T4 is cited from PyTorch's source "
+                "(including_emulation=True by default) (issue 37)"),
+        Promise(r"pytorch/pull/148322", "notebook",
+                "a pull request that was never merged is no source for how PyTorch behaves", present=False),
+    ],
     "06": [
         Promise(r"Settings > Accelerator > GPU T4 x2", "title",
                 "the menu path that gives a Kaggle learner two real GPUs for the processes of Step 4"),
