@@ -134,13 +134,17 @@ class PageMaker:
 
         path = f"{notebook_path.stem}/{notebook_path.name}"
         page = Page(self.browser, self.lab, path)
+        problems = ["the page could not be read"]
         try:
             cells = wait_until_drawn(page.page, path, file_notebook.cells)
             links = page.evaluate(LINKS)
+            problems = page_problems(notebook_path.name[:2], cells, file_notebook.cells, links,
+                                     page.console_errors, page.dialogs)
         finally:
-            page.close(self.screenshots / f"{notebook_path.stem}.jpg")
-        return page_problems(notebook_path.name[:2], cells, file_notebook.cells, links,
-                             page.console_errors, page.dialogs)
+            # a screenshot only of a page with problems: a tall page takes seconds to draw and encode,
+            # and a passing one is never looked at
+            page.close(self.screenshots / f"{notebook_path.stem}.jpg" if problems else None)
+        return problems
 
     def stop(self):
         try:
