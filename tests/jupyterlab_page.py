@@ -32,6 +32,7 @@ from shared_checks import skip_or_fail
 
 # Chromium refuses to start as root without --no-sandbox; the other flags keep it from calling
 # home (on a closed network those connections fail, and some of the failures reach the console).
+VIEWPORT = {"width": 1400, "height": 900}
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 BROWSER_NAMES = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"]
@@ -284,6 +285,16 @@ FIND_PANEL = """path => {
     return Array.from(app.shell.widgets('main')).find(w => w.context && w.context.path === path) || null;
 }"""
 
+# Dispose of every document in the main area (no "save changes?" dialog can stop it); then open
+# `path` as a double click in the file browser would.
+CLOSE_ALL = """() => {
+    for (const widget of Array.from(window.jupyterapp.shell.widgets('main'))) widget.dispose();
+}"""
+OPEN_INSTEAD = f"""async path => {{
+    ({CLOSE_ALL})();
+    await window.jupyterapp.commands.execute('docmanager:open', {{path}});
+}}"""
+
 WATCH_KERNEL = f"""path => {{
     const panel = ({FIND_PANEL})(path);
     window.kernelStatuses = [];
@@ -434,7 +445,7 @@ class Browser:
         before = {process.pid for process in psutil.Process().children(recursive=True)}
         self.context = self.playwright.chromium.launch_persistent_context(
             str(profile), executable_path=executable, headless=True, args=CHROMIUM_FLAGS,
-            viewport={"width": 1400, "height": 900})
+            viewport=VIEWPORT)
         self.started = [process for process in psutil.Process().children(recursive=True)
                         if process.pid not in before]
 
@@ -458,14 +469,35 @@ class Page:
         workspace = path.split("/")[0]
         # A workspace of its own, reset, so that the page holds this notebook only.
         self.page.goto(f"{lab.url}/lab/workspaces/{workspace}/tree/{path}?reset&token={lab.token}")
+        self._wait_until_open()
+
+    def _wait_until_open(self):
         self.page.wait_for_function(
             f"path => {{ const p = ({FIND_PANEL})(path); return p && p.context.isReady "
             f"&& p.sessionContext.session && p.sessionContext.session.kernel "
             f"&& p.sessionContext.session.kernel.status === 'idle'; }}",
-            arg=path, timeout=SERVER_START_SECONDS * 1000)
+            arg=self.path, timeout=SERVER_START_SECONDS * 1000)
+
+    def reopen(self, path):
+        """Open notebook `path` in this page instead, the one before closed unsaved: JupyterLab is
+        not loaded again (most of a new page's time); the console and dialogs count afresh."""
+        self.path = path
+        self.console_errors.clear()
+        self.dialogs.clear()
+        self.page.evaluate(OPEN_INSTEAD, path)
+        self._wait_until_open()
 
     def evaluate(self, script):
         return self.page.evaluate(script, self.path)
+
+    def done(self):
+        """Close the notebook and shut its kernel down; the page stays, for reopen. Closing first lets
+        what the closing logs (a debugger request cancelled, say) arrive before reopen counts afresh,
+        rather than land on the next notebook."""
+        try:
+            self.page.evaluate(CLOSE_ALL)
+        finally:
+            self.lab.shut_down_kernels()
 
     def close(self, screenshot=None):
         """Save a screenshot (when asked), close the page and shut its kernel down."""

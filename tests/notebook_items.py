@@ -128,27 +128,45 @@ class PageMaker:
         self.browser = Browser(executable, root.parent / "chromium-profile")
         self.screenshots = root.parent / "browser-screenshots"
         self.screenshots.mkdir(exist_ok=True)
+        self.page = None
 
     def check(self, notebook_path, file_notebook):
         from jupyterlab_page import LINKS, Page, page_problems, wait_until_drawn
 
         path = f"{notebook_path.stem}/{notebook_path.name}"
-        page = Page(self.browser, self.lab, path)
         problems = ["the page could not be read"]
         try:
+            # one page for every notebook of this worker: loading JupyterLab anew took most of the time
+            if self.page is None:
+                self.page = Page(self.browser, self.lab, path)
+            else:
+                self.page.reopen(path)
+            page = self.page
             cells = wait_until_drawn(page.page, path, file_notebook.cells)
             links = page.evaluate(LINKS)
             problems = page_problems(notebook_path.name[:2], cells, file_notebook.cells, links,
                                      page.console_errors, page.dialogs)
         finally:
             # a screenshot only of a page with problems: a tall page takes seconds to draw and encode,
-            # and a passing one is never looked at
-            page.close(self.screenshots / f"{notebook_path.stem}.jpg" if problems else None)
+            # and a passing one is never looked at; after problems the next notebook gets a new page
+            screenshot = self.screenshots / f"{notebook_path.stem}.jpg" if problems else None
+            if self.page is not None and problems:
+                self.page, page = None, self.page
+                page.close(screenshot)
+            elif self.page is not None:
+                self.page.done()
+            else:
+                self.lab.shut_down_kernels()
         return problems
 
     def stop(self):
+        page, self.page = self.page, None
         try:
-            self.browser.close()
+            try:
+                if page is not None:
+                    page.close()
+            finally:
+                self.browser.close()
         finally:
             self.lab.stop()
 
