@@ -163,6 +163,28 @@ def run_cell(prefix, cell_id, namespace):
     return printed.getvalue()
 
 
+class TorchWithAStandInGpu:
+    """`torch` for a cell run by run_cell on a CPU-only machine, except that torch.<factory>(...,
+    device=<a CUDA device>) returns stand_in(): the tensor a real GPU would give, which this PyTorch
+    cannot make. Everything else is torch itself."""
+
+    def __init__(self, factory, stand_in):
+        self._factory, self._stand_in = factory, stand_in
+
+    def __getattr__(self, name):
+        import torch
+
+        real = getattr(torch, name)
+        if name != self._factory:
+            return real
+
+        def make(*size, device=None, **kwargs):
+            if device is not None and torch.device(device).type == "cuda":
+                return self._stand_in()
+            return real(*size, device=device, **kwargs)
+        return make
+
+
 def notebook_location(path, line):
     """'05_find_the_bottleneck.ipynb cell 20 (id cell-20) line 9' for a line of a generated file
     (a notebook's helper file, or a cell file of run_cell)."""

@@ -20,8 +20,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from notebook_code import (INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE, core_cells,
-                           load_helpers, notebook_path, read, run_cell)
+from notebook_code import (INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE, TorchWithAStandInGpu,
+                           core_cells, load_helpers, notebook_path, read, run_cell)
 
 CPU, META = torch.device("cpu"), torch.device("meta")
 
@@ -220,18 +220,6 @@ class StandInCudaTensor:
     __radd__ = __add__
 
 
-class TorchWithAStandInGpu:
-    """`torch` for a cell, except that torch.ones(..., device=<a CUDA device>) gives a stand-in."""
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    def ones(self, *size, device=None, **kwargs):
-        if device is not None and torch.device(device).type == "cuda":
-            return StandInCudaTensor()
-        return torch.ones(*size, device=device, **kwargs)
-
-
 @pytest.mark.gpu_branch("02", "not_the_cpu: device.type == 'cpu'")
 @pytest.mark.parametrize("device, other", [("cpu", "meta"), ("cuda", "cuda"), ("cuda:1", "cuda:1"),
                                            ("mps", "mps"), ("xpu", "xpu")])
@@ -240,7 +228,8 @@ def test_not_the_cpu_is_the_gpu_itself_and_meta_only_without_one(nb, device, oth
 
 
 def test_on_a_cuda_gpu_the_mismatch_and_numpy_cells_raise_the_real_errors(nb):
-    namespace = {**vars(nb), "device": torch.device("cuda", 0), "torch": TorchWithAStandInGpu()}
+    namespace = {**vars(nb), "device": torch.device("cuda", 0),
+                 "torch": TorchWithAStandInGpu("ones", StandInCudaTensor)}
     printed = run_cell("02", "mismatch-error", namespace)
     assert namespace["elsewhere"] == torch.device("cuda", 0)
     assert printed.splitlines() == ["elsewhere: cuda:0 ", f"RuntimeError: {CUDA_MISMATCH_ERROR}"]

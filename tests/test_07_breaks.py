@@ -51,7 +51,8 @@ from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import DataLoader
 
-from notebook_code import SHARED_CELL_FIRST_LINE, helper_file, load_helpers, notebook_path, read, run_cell
+from notebook_code import (SHARED_CELL_FIRST_LINE, TorchWithAStandInGpu, helper_file, load_helpers,
+                           notebook_path, read, run_cell)
 
 nb = load_helpers("07")
 NOTEBOOK = read(notebook_path("07"))
@@ -367,18 +368,6 @@ class StandInCudaInputs:
         return self
 
 
-class TorchWithAStandInGpu:
-    """`torch` for Step 4's cell: torch.zeros(..., device=<a CUDA device>) gives StandInCudaInputs."""
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    def zeros(self, *size, device=None, **kwargs):
-        if device is not None and torch.device(device).type == "cuda":
-            return StandInCudaInputs()
-        return torch.zeros(*size, device=device, **kwargs)
-
-
 def test_on_a_cuda_gpu_step_2_mixes_the_gpu_and_the_cpu_and_prints_pytorchs_message(monkeypatch):
     moved = []
 
@@ -387,7 +376,8 @@ def test_on_a_cuda_gpu_step_2_mixes_the_gpu_and_the_cpu_and_prints_pytorchs_mess
         return module
 
     monkeypatch.setattr(nn.Module, "to", to)
-    namespace = {**vars(nb), "device": torch.device("cuda", 0), "torch": TorchWithAStandInGpu()}
+    namespace = {**vars(nb), "device": torch.device("cuda", 0),
+                 "torch": TorchWithAStandInGpu("zeros", StandInCudaInputs)}
     printed = run_cell("07", "device-mismatch", namespace)
     assert namespace["elsewhere"] == torch.device("cuda", 0) and moved == [torch.device("cuda", 0)]
     assert printed == f"On cuda:0: RuntimeError: {CUDA_MISMATCH_ERROR}\n"
