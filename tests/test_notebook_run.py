@@ -6,8 +6,9 @@ import os
 import nbformat
 import pytest
 
+import anatomy
 import notebook_run
-from time_notebooks import printed_words, report_line
+from time_notebooks import report_line
 
 
 def code(seconds, source="x = 1"):
@@ -34,14 +35,14 @@ def test_the_core_is_the_code_before_the_summary_heading():
         notebook_run.core_seconds(nbformat.v4.new_notebook(cells=[code(1), markdown("## Step 1 · X")]))
 
 
-def test_printed_words_counts_the_cores_printed_prose_only():
+def test_shown_in_core_counts_the_cores_printed_prose_and_tables_only():
     prose = "one two three four five six seven eight\n"  # a line of eight words is prose
     cells = [markdown("# 04 · Title"),
              nbformat.v4.new_code_cell("print()", outputs=[nbformat.v4.new_output("stream", text=prose * 2)]),
              nbformat.v4.new_code_cell("print()", outputs=[nbformat.v4.new_output("stream", text="a b c\n")]),
              markdown("## Summary"),
              nbformat.v4.new_code_cell("print()", outputs=[nbformat.v4.new_output("stream", text=prose)])]
-    assert printed_words(nbformat.v4.new_notebook(cells=cells)) == 16
+    assert anatomy.shown_in_core(nbformat.v4.new_notebook(cells=cells)) == (16, 0)
 
 
 def test_the_environment_is_given_for_the_block_and_taken_back(monkeypatch):

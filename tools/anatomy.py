@@ -187,6 +187,13 @@ def core_outputs(notebook):
     return [cell.get("outputs", []) for cell in core_cells(notebook) if _kind(cell) == "code"]
 
 
+def shown_in_core(notebook):
+    """(printed words, tables and figures) of a run notebook's core, as the class rule counts them."""
+    outputs = core_outputs(notebook)
+    return (sum(printed_prose_words(cell) for cell in outputs),
+            sum(tables_and_figures(cell) for cell in outputs))
+
+
 # ---- The class rule -------------------------------------------------------------------------------
 
 OPENING_MINUTES = 5  # open the notebook on Colab, switch the runtime, run the setup cells

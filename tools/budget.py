@@ -24,13 +24,6 @@ import anatomy  # noqa: E402  (beside this file)
 from notebook_run import run_alone  # noqa: E402
 
 
-def shown_in_core(notebook):
-    """(printed words, tables and figures) of a run notebook's core."""
-    outputs = anatomy.core_outputs(notebook)
-    return (sum(anatomy.printed_prose_words(cell) for cell in outputs),
-            sum(anatomy.tables_and_figures(cell) for cell in outputs))
-
-
 def budget_lines(notebook, printed=None, tables_figures=None):
     """The report of one notebook; `printed` and `tables_figures` are None when it was not run."""
     counts = anatomy.core_counts(notebook, printed or 0, tables_figures or 0)
@@ -64,7 +57,7 @@ def main(argv=None):
             if run.error:
                 print(f"{Path(path).name}: the fast run failed: {run.error}")
                 continue
-            printed, tables_figures = shown_in_core(run.notebook)
+            printed, tables_figures = anatomy.shown_in_core(run.notebook)
         print(Path(path).name)
         print("\n".join(budget_lines(notebook, printed, tables_figures)), flush=True)
     return 0

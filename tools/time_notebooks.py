@@ -21,17 +21,13 @@ def load_average():
     return " ".join(f"{value:.2f}" for value in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
 
 
-def printed_words(notebook):
-    """The core's printed prose, as the class rule counts it."""
-    return sum(anatomy.printed_prose_words(outputs) for outputs in anatomy.core_outputs(notebook))
-
-
 def report_line(name, fast, run, before, after):
     """One line of the report: the seconds, the core's printed prose, the load average."""
     if run.error:
         return f"{name} {'fast' if fast else 'full size'}: FAILED after {run.whole_s:.0f} s: {run.error}"
+    printed, _ = anatomy.shown_in_core(run.notebook)
     return (f"{name} {'fast' if fast else 'full size'}: whole {run.whole_s:.0f} s, core "
-            f"{run.core_s:.0f} s, {printed_words(run.notebook)} words of printed prose in the core "
+            f"{run.core_s:.0f} s, {printed} words of printed prose in the core "
             f"(load average before {before}, after {after})")
 
 
