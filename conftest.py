@@ -76,7 +76,8 @@ def pytest_runtest_call(item):
     result = yield
     outputs, cell = getattr(item, "test_outputs", None), getattr(item, "cell", None)
     if outputs is not None and cell is not None:  # an nbval cell (nbval.plugin.IPyNbCell)
-        from verdicts import describe_missing, missing_verdicts, output_text, starter_and_answer_verdicts
+        from verdicts import (describe_missing, missing_verdicts, output_text, shows_something,
+                              starter_and_answer_verdicts)
 
         notebook = item.path.name[:2]
         missing = missing_verdicts(notebook, cell.get("id"), outputs)
@@ -85,8 +86,39 @@ def pytest_runtest_call(item):
         wrong = starter_and_answer_verdicts(cell.get("id"), output_text(outputs))
         if wrong:
             raise AssertionError(wrong)
+        shown = shows_something(cell.get("source", ""), outputs)
+        if shown:
+            raise AssertionError(f"{cell.get('id')}: its title says it shows nothing, but it shows {shown}")
+        if cell.get("id", "").startswith("exercise-") and cell.get("id", "").endswith("-starter"):
+            probe_the_check(item, cell)
         check_core_budget(item.path, cell.get("id"), outputs)
     return result
+
+
+def probe_the_check(item, cell, timeout=600):
+    """Call an exercise's check from its starter's line again, in the notebook's kernel, with the
+    learner's work replaced by a function that raises, returns None or a string, or by None and a
+    string (tests/exercise_probes.py); fail unless every call says NOT YET RIGHT or NOT DONE YET."""
+    from exercise_probes import probe_code, probe_problems
+
+    kernel = item.parent.kernel
+    message = kernel.execute_cell_input(probe_code(cell.get("source", "")), allow_stdin=False)
+    kernel.await_reply(message, timeout=timeout)
+    printed = []
+    while True:
+        reply = kernel.get_message(stream="iopub", timeout=timeout)
+        if reply["parent_header"].get("msg_id") != message:
+            continue
+        if reply["msg_type"] == "stream":
+            printed.append(reply["content"]["text"])
+        elif reply["msg_type"] == "error":
+            printed.append(f"{reply['content']['ename']}: {reply['content']['evalue']}")
+        elif reply["msg_type"] == "status" and reply["content"]["execution_state"] == "idle":
+            break
+    problems = probe_problems("".join(printed))
+    if problems:
+        raise AssertionError(f"{cell.get('id')}: a check must answer whatever the learner wrote "
+                             f"(CONTRIBUTING.md, 'Exercises'):\n" + "\n".join(problems))
 
 
 def check_core_budget(path, cell_id, outputs):

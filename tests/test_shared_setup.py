@@ -182,3 +182,103 @@ def test_feedback_shows_as_plain_text_and_not_done_spots_the_starters_ellipsis()
     assert verdict == "PASSED: 3 of 3" and repr(verdict) == "PASSED: 3 of 3", "no quotes when a cell ends with it"
     assert nb.not_done(1, ...) and nb.not_done(...)
     assert not nb.not_done(1, None, 0, "...", [...]), "only the ... object itself is the placeholder"
+
+
+# ---- exercise_check: a check answers whatever the learner wrote ----------------------------------
+
+@nb.exercise_check
+def check_double(double):
+    """A made-up check: double(x) must give 2 * x for 1 and 3."""
+    for x in (1, 3):
+        if double(x) != 2 * x:
+            return nb.Feedback(f"NOT YET RIGHT: for {x}, {double(x) + 0} is not {2 * x}.")
+    return nb.Feedback("PASSED")
+
+
+@nb.exercise_check
+def check_number(answer):
+    """A made-up check of a value the learner gives: it must be 4."""
+    return nb.Feedback("PASSED" if answer + 0 == 4 else f"NOT YET RIGHT: {answer} is not 4.")
+
+
+def test_exercise_check_passes_through_what_the_check_says():
+    assert check_double(lambda x: x + x) == "PASSED"
+    assert check_double(lambda x: 3 * x) == "NOT YET RIGHT: for 1, 3 is not 2."
+    assert check_number(4) == "PASSED"
+    assert isinstance(check_double(lambda x: x + x), nb.Feedback)
+
+
+def test_exercise_check_names_the_line_of_the_learners_code_that_raised():
+    def double(x):
+        half = x / 0
+        return half
+
+    said = check_double(double)
+    assert said == ("NOT YET RIGHT: your double raised ZeroDivisionError: division by zero at line "
+                    f"{double.__code__.co_firstlineno + 1} of its cell: `half = x / 0`.")
+
+
+def test_exercise_check_says_what_the_learners_function_returned_that_the_check_could_not_use():
+    def double(x):
+        return None
+
+    assert check_double(double) == (
+        "NOT YET RIGHT: your double returned None (a NoneType), and the check could not use it: "
+        "TypeError: unsupported operand type(s) for +: 'NoneType' and 'int'.")
+    assert check_double(lambda x: "x" * 2 * x).startswith(
+        "NOT YET RIGHT: your <lambda> returned 'xx' (a str), and the check could not use it: TypeError")
+
+
+def test_exercise_check_says_which_value_it_could_not_use():
+    assert check_number(None) == ("NOT YET RIGHT: the check could not use your answer None (a NoneType): "
+                                  "TypeError: unsupported operand type(s) for +: 'NoneType' and 'int'.")
+    assert check_number("four").startswith("NOT YET RIGHT: the check could not use your answer 'four' (a str)")
+
+
+def test_exercise_check_finds_the_learners_line_in_a_class_they_wrote():
+    class Doubler:
+        def __init__(self):
+            self.factor = undefined_name  # noqa: F821
+
+    @nb.exercise_check
+    def check_class(model_class):
+        return nb.Feedback(f"PASSED {model_class()}")
+
+    said = check_class(Doubler)
+    assert said.startswith("NOT YET RIGHT: your __init__ raised NameError: name 'undefined_name' is not "
+                           "defined at line ")
+    assert said.endswith("`self.factor = undefined_name  # noqa: F821`.")
+
+
+def test_exercise_check_with_nothing_of_the_learners_to_blame_says_what_stopped_it():
+    @nb.exercise_check
+    def check_broken(function, device):
+        return nb.Feedback(str(1 / 0))
+
+    assert check_broken(lambda: 1, "cpu") == (
+        "NOT YET RIGHT: checking your answer stopped with ZeroDivisionError: division by zero.")
+
+
+def test_exercise_check_lets_an_interrupt_through():
+    def interrupted(x):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        check_double(interrupted)
+
+
+def test_a_checked_function_keeps_its_name_and_source():
+    import inspect
+
+    seen = []
+
+    @nb.exercise_check
+    def check_source(function):
+        seen.append((function.__name__, inspect.getsource(function).split("\n")[0].strip()))
+        return nb.Feedback("PASSED")
+
+    def my_answer(x):
+        return x
+
+    check_source(my_answer)
+    assert seen == [("my_answer", "def my_answer(x):")]

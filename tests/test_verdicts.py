@@ -95,3 +95,20 @@ def test_the_compiler_situation_and_step_5_of_09_wants_at_least_one_kernel(monke
     assert missing_verdicts("09", "show-code", stream(line.format(0, "")), with_compiler)
     assert missing_verdicts("09", "show-code", stream(line.format(0, "")),
                             {**SITUATIONS, "cpu_compiler": lambda: False}) == []
+
+
+def test_a_cell_titled_as_showing_nothing_may_show_only_the_figures_record():
+    from verdicts import shows_something
+
+    title = "#@title Hand the figures to the GPU-run tool (shows nothing)\nreport_figures(x=1)"
+    record = {"output_type": "display_data",
+              "data": {"application/vnd.gpu-tutorials.figures+json": {"x": 1}, "text/plain": ""}}
+    assert shows_something(title, [record]) is None
+    assert shows_something(title, []) is None
+    result = {"output_type": "execute_result", "data": {"text/plain": "{'device': 'cpu'}"}}
+    assert shows_something(title, [record, result]).startswith("a execute_result output")
+    assert shows_something(title, [{"output_type": "stream", "name": "stdout", "text": "hi"}])
+    table = {"output_type": "display_data", "data": {"text/html": "<table></table>", "text/plain": ""}}
+    assert shows_something(title, [table]) == "a display of ['text/html', 'text/plain']"
+    assert shows_something("#@title Draw the chart\nplt.show()", [result]) is None
+    assert shows_something("print(1)  # (shows nothing)", [result]) is None

@@ -516,3 +516,23 @@ def starter_and_answer_verdicts(cell_id, text):
     if not re.search(rf"^{wanted}\b", text, re.M):
         return f"{cell_id} must print a check's verdict starting with {wanted!r}; it printed: {text[-500:]!r}"
     return None
+
+
+SHOWS_NOTHING = "(shows nothing)"  # in a folded cell's title: the cell has no output a learner sees
+
+
+def shows_something(source, outputs):
+    """What a cell whose #@title says SHOWS_NOTHING shows after all (None when it shows nothing or its
+    title promises nothing): any stream, error or result, or a display with text, a table or a figure
+    (report_figures' record for the GPU-run tool is a display with no text, which shows nothing)."""
+    if not (source.startswith("#@title ") and SHOWS_NOTHING in source.split("\n", 1)[0]):
+        return None
+    for output in outputs:
+        kind = output.get("output_type")
+        if kind in ("stream", "error", "execute_result"):
+            return f"a {kind} output: {str(output)[:300]}"
+        data = {mime: value for mime, value in output.get("data", {}).items()
+                if not mime.startswith("application/vnd.gpu-tutorials.")}
+        if any("".join(value) if isinstance(value, list) else value for value in data.values()):
+            return f"a display of {sorted(data)}"
+    return None

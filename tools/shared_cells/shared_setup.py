@@ -1,9 +1,14 @@
 #@title Shared setup: helpers, the device and the fast switch (the same cell in every notebook)
+import functools
+import inspect
 import json
+import linecache
 import os
+import reprlib
 import statistics
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -93,8 +98,7 @@ def report_figures(fallback=None, **figures):
     """Show the figures this notebook measured as one machine-readable output (tools/gpu_run.py
     records them); `fallback` says what stood in for the real thing, if anything did."""
     record = figures_record(device, FAST, fallback, figures)
-    display({FIGURES_MIME: record, "text/plain": ""}, raw=True)
-    return record
+    display({FIGURES_MIME: record, "text/plain": ""}, raw=True)  # no text: a learner sees nothing
 
 
 class Feedback(str):
@@ -108,6 +112,78 @@ class Feedback(str):
 def not_done(*values):
     """True while a value the learner is asked to write is still the starter's `...`."""
     return any(value is Ellipsis for value in values)
+
+
+def learner_code(values):
+    """The code objects of the learner's functions and classes among `values`, nested ones included."""
+    found = set()
+
+    def add(code):
+        found.add(code)
+        for constant in code.co_consts:
+            if inspect.iscode(constant):
+                add(constant)
+
+    for value in values:
+        members = vars(value).values() if inspect.isclass(value) else [value]
+        for member in members:
+            function = getattr(member, "__func__", member)  # a staticmethod's or classmethod's
+            if inspect.isfunction(function):
+                add(function.__code__)
+    return found
+
+
+def short(value):
+    """`value` as a short text with its type: 'None (a NoneType)', "'abc' (a str)"."""
+    return f"{reprlib.repr(value)} (a {type(value).__name__})"
+
+
+def what_went_wrong(error, returned, code, answers=()):
+    """What to tell a learner when checking their answer raised `error`: where in their own code
+    (`code`: its code objects) it was raised; else what their function returned (`returned`:
+    [(name, value)], one per call) or the value they gave (`answers`) that the check could not use."""
+    raised = f"{type(error).__name__}: {error}"
+    mine = [(frame.f_code, line) for frame, line in traceback.walk_tb(error.__traceback__)
+            if frame.f_code in code]
+    if mine:
+        names = [where.co_name for where, _ in mine if not where.co_name.startswith("<")]
+        where, line = mine[-1]
+        text = linecache.getline(where.co_filename, line).strip()
+        return (f"your {names[-1] if names else where.co_name} raised {raised} at line {line} of its "
+                f"cell" + (f": `{text}`." if text else "."))
+    if returned:
+        name, value = returned[-1]
+        return f"your {name} returned {short(value)}, and the check could not use it: {raised}."
+    if answers:
+        return f"the check could not use your answer {short(answers[0])}: {raised}."
+    return f"checking your answer stopped with {raised}."
+
+
+def exercise_check(check):
+    """Make an exercise's check answer whatever the learner wrote: an exception their code raises, or
+    one the check meets on what their code returned, becomes a NOT YET RIGHT saying what and where."""
+    @functools.wraps(check)
+    def answered(*args, **kwargs):
+        returned, code = [], learner_code([*args, *kwargs.values()])
+
+        def watched(function):
+            if not inspect.isfunction(function):
+                return function
+
+            @functools.wraps(function)
+            def call(*inner_args, **inner_kwargs):
+                result = function(*inner_args, **inner_kwargs)
+                returned.append((function.__name__, result))
+                return result
+            return call
+
+        try:
+            return check(*map(watched, args), **{key: watched(value) for key, value in kwargs.items()})
+        except Exception as error:  # the learner's code, or what it returned: say so, go on
+            answers = [] if code else [value for value in [*args, *kwargs.values()]
+                                       if not callable(value)]
+            return Feedback("NOT YET RIGHT: " + what_went_wrong(error, returned, code, answers))
+    return answered
 
 
 FAST = fast_mode()
