@@ -115,7 +115,7 @@ def not_done(*values):
 
 
 def learner_code(values):
-    """The code objects of the learner's functions and classes among `values`, nested ones included."""
+    """The code objects of the learner's functions and classes among `values`, nested ones too."""
     found = set()
 
     def add(code):
@@ -141,7 +141,8 @@ def short(value):
 def what_went_wrong(error, returned, code, answers=()):
     """What to tell a learner when checking their answer raised `error`: where in their own code
     (`code`: its code objects) it was raised; else what their function returned (`returned`:
-    [(name, value)], one per call) or the value they gave (`answers`) that the check could not use."""
+    [(name, value)], one per call) or the value they gave (`answers`) that the check could not
+    use."""
     raised = f"{type(error).__name__}: {error}"
     mine = [(frame.f_code, line) for frame, line in traceback.walk_tb(error.__traceback__)
             if frame.f_code in code]
@@ -149,8 +150,9 @@ def what_went_wrong(error, returned, code, answers=()):
         names = [where.co_name for where, _ in mine if not where.co_name.startswith("<")]
         where, line = mine[-1]
         text = linecache.getline(where.co_filename, line).strip()
-        return (f"your {names[-1] if names else where.co_name} raised {raised} at line {line} of its "
-                f"cell" + (f": `{text}`." if text else "."))
+        name = names[-1] if names else where.co_name
+        return (f"your {name} raised {raised} at line {line} of its cell"
+                + (f": `{text}`." if text else "."))
     if returned:
         name, value = returned[-1]
         return f"your {name} returned {short(value)}, and the check could not use it: {raised}."
@@ -160,8 +162,9 @@ def what_went_wrong(error, returned, code, answers=()):
 
 
 def exercise_check(check):
-    """Make an exercise's check answer whatever the learner wrote: an exception their code raises, or
-    one the check meets on what their code returned, becomes a NOT YET RIGHT saying what and where."""
+    """Make an exercise's check answer whatever the learner wrote: an exception their code raises,
+    or one the check meets on what their code returned, becomes a NOT YET RIGHT saying what and
+    where."""
     @functools.wraps(check)
     def answered(*args, **kwargs):
         returned, code = [], learner_code([*args, *kwargs.values()])
@@ -178,7 +181,8 @@ def exercise_check(check):
             return call
 
         try:
-            return check(*map(watched, args), **{key: watched(value) for key, value in kwargs.items()})
+            watched_kwargs = {key: watched(value) for key, value in kwargs.items()}
+            return check(*map(watched, args), **watched_kwargs)
         except Exception as error:  # the learner's code, or what it returned: say so, go on
             answers = [] if code else [value for value in [*args, *kwargs.values()]
                                        if not callable(value)]
