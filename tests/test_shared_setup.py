@@ -233,6 +233,7 @@ def test_exercise_check_says_which_value_it_could_not_use():
     assert check_number(None) == ("NOT YET RIGHT: the check could not use your answer None (a NoneType): "
                                   "TypeError: unsupported operand type(s) for +: 'NoneType' and 'int'.")
     assert check_number("four").startswith("NOT YET RIGHT: the check could not use your answer 'four' (a str)")
+    assert nb.short(3) == "3 (an int)" and nb.short([1]) == "[1] (a list)"
 
 
 def test_exercise_check_finds_the_learners_line_in_a_class_they_wrote():

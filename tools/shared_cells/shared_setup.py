@@ -134,8 +134,9 @@ def learner_code(values):
 
 
 def short(value):
-    """`value` as a short text with its type: 'None (a NoneType)', "'abc' (a str)"."""
-    return f"{reprlib.repr(value)} (a {type(value).__name__})"
+    """`value` as a short text with its type: 'None (a NoneType)', "'abc' (a str)", '3 (an int)'."""
+    kind = type(value).__name__
+    return f"{reprlib.repr(value)} ({'an' if kind[0].lower() in 'aeiou' else 'a'} {kind})"
 
 
 def what_went_wrong(error, returned, code, answers=()):
