@@ -47,6 +47,11 @@ PROMISES = {
                 r"package compiles against NVIDIA's CUDA toolkit", "notebook",
                 "the Summary names the one exception to 'install only the driver': AOTInductor on a GPU "
                 "compiles against the CUDA toolkit's headers (issue 37)"),
+        Promise(r"cannot run the wheel's code|runs only on the (GPU )?generations it was compiled for",
+                "notebook",
+                "a GPU runs wheel code built for its own major number and a smaller or equal minor one (an "
+                "L4, 8.9, runs sm_86): a learner told otherwise reinstalls a wheel that works (issue 43)",
+                present=False),
     ],
     "05": [
         Promise(r"\(\[`torch/cuda/__init__.py`\]\(https://github.com/pytorch/pytorch/blob/main/torch/cuda/"

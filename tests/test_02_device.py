@@ -921,16 +921,94 @@ def test_exercise_1_a_move_whose_result_is_thrown_away(nb):
         return batch
 
     assert nb.check_to_device(forgets_the_result, CPU) == (
-        "NOT YET RIGHT: for a tuple, 2 of 2 tensors are still on cpu, not meta: .to() returns a moved "
+        "NOT YET RIGHT: for a list, 2 of 2 tensors are still on cpu, not meta: .to() returns a moved "
         "copy; keep it.")
 
-    def a_list_for_a_tuple(batch, device):
+
+def test_exercise_1_a_dataloader_gives_a_list_batch_that_the_answer_keeps_a_list(nb):
+    """The check's premise: default_collate makes a list of tuple samples, so the check tries a list,
+    and the answer gives each kind of batch back as it came."""
+    batch = next(iter(DataLoader(torch.utils.data.TensorDataset(torch.randn(4, 3), torch.arange(4)),
+                                 batch_size=2)))
+    assert type(batch) is list
+    images, labels = torch.randn(2, 3), torch.arange(2)
+    for given in ([images, labels], (images, labels), {"images": images, "labels": labels}):
+        moved = nb.to_device_answer(given, META)
+        assert type(moved) is type(given)
+        assert all(tensor.device == META for tensor in (moved.values() if isinstance(moved, dict) else moved))
+    assert nb.check_to_device(nb.to_device_answer, CPU) == (
+        "PASSED: a list, a tuple and a dict moved to meta and cpu, each kept its kind, every tensor and "
+        "number kept.")
+
+
+@pytest.mark.exercise("02", "to-device")
+def test_exercise_1_an_answer_for_one_kind_of_batch_is_told_which_kind_it_failed_on(nb):
+    def tuples_only(batch, device):
+        return tuple(tensor.to(device) for tensor in batch)
+
+    assert nb.check_to_device(tuples_only, CPU) == (
+        "NOT YET RIGHT: for a list, to_device returned a tuple, not a list: return the kind it was "
+        "given, so that the code after it works as before (type(batch)(...) makes a list of a list, a "
+        "tuple of a tuple).")
+
+    def a_list_for_every_sequence(batch, device):  # a list is not what a tuple's reader gets back
         if isinstance(batch, dict):
             return {name: tensor.to(device) for name, tensor in batch.items()}
         return [tensor.to(device) for tensor in batch]
 
-    assert nb.check_to_device(a_list_for_a_tuple, CPU) == (
-        "NOT YET RIGHT: for a tuple, to_device returned a list, not a tuple.")
+    assert nb.check_to_device(a_list_for_every_sequence, CPU) == (
+        "NOT YET RIGHT: for a tuple, to_device returned a list, not a tuple: return the kind it was "
+        "given, so that the code after it works as before (type(batch)(...) makes a list of a list, a "
+        "tuple of a tuple).")
+
+    def sequences_only(batch, device):  # iterating a dict gives its keys, strings
+        return type(batch)(tensor.to(device) for tensor in batch)
+
+    assert nb.check_to_device(sequences_only, CPU) == (
+        "NOT YET RIGHT: for a dict batch, to_device raised AttributeError: 'str' object has no "
+        "attribute 'to'. Handle a list, a tuple and a dict: isinstance(batch, dict) tells them apart.")
+
+    def tuples_and_dicts_only(batch, device):  # a list falls through to the dict's branch
+        if isinstance(batch, tuple):
+            return tuple(tensor.to(device) for tensor in batch)
+        return {name: tensor.to(device) for name, tensor in batch.items()}
+
+    assert nb.check_to_device(tuples_and_dicts_only, CPU) == (
+        "NOT YET RIGHT: for a list batch, to_device raised AttributeError: 'list' object has no "
+        "attribute 'items'. Handle a list, a tuple and a dict: isinstance(batch, dict) tells them "
+        "apart.")
+
+
+@pytest.mark.exercise("02", "to-device")
+def test_exercise_1_each_other_mistake_gets_its_message(nb):
+    def renames(batch, device):
+        if isinstance(batch, dict):
+            return {name.upper(): tensor.to(device) for name, tensor in batch.items()}
+        return type(batch)(tensor.to(device) for tensor in batch)
+
+    assert nb.check_to_device(renames, CPU) == (
+        "NOT YET RIGHT: for a dict, the keys are ['IMAGES', 'LABELS'], not ['images', 'labels'].")
+
+    def doubles(batch, device):
+        if isinstance(batch, dict):
+            return {name: 2 * tensor.to(device) for name, tensor in batch.items()}
+        return type(batch)(2 * tensor.to(device) for tensor in batch)
+
+    assert nb.check_to_device(doubles, CPU) == "NOT YET RIGHT: for a list on cpu, the numbers changed."
+
+    def forgets_to_return(batch, device):
+        moved = {name: tensor.to(device) for name, tensor in dict(enumerate(batch)).items()}
+
+    assert nb.check_to_device(forgets_to_return, CPU) == (
+        "NOT YET RIGHT: to_device returned None: return the moved batch.")
+
+    def a_generator(batch, device):
+        return (tensor.to(device) for tensor in batch)
+
+    assert nb.check_to_device(a_generator, CPU) == (
+        "NOT YET RIGHT: for a list, to_device returned a generator, not a list: return the kind it was "
+        "given, so that the code after it works as before (type(batch)(...) makes a list of a list, a "
+        "tuple of a tuple).")
 
 
 @pytest.mark.exercise("02", "start-state")
@@ -988,26 +1066,22 @@ def test_exercise_3_batches_that_are_never_moved(nb):
         "NOT YET RIGHT: on 160 images, accuracy says")
 
 
-def test_the_checks_name_each_other_mistake(nb):
-    """Every other verdict of the three checks, each on the answer that earns it."""
-    def renames(batch, device):
-        if isinstance(batch, dict):
-            return {name.upper(): tensor.to(device) for name, tensor in batch.items()}
-        return tuple(tensor.to(device) for tensor in batch)
-
-    assert nb.check_to_device(renames, CPU) == (
-        "NOT YET RIGHT: for a dict, the keys are ['IMAGES', 'LABELS'], not ['images', 'labels'].")
-
-    def doubles(batch, device):
-        if isinstance(batch, dict):
-            return {name: 2 * tensor.to(device) for name, tensor in batch.items()}
-        return tuple(2 * tensor.to(device) for tensor in batch)
-
-    assert nb.check_to_device(doubles, CPU) == "NOT YET RIGHT: for a tuple on cpu, the numbers changed."
+@pytest.mark.exercise("02", "start-state")
+def test_exercise_2_a_state_that_is_no_tensor_is_told_so(nb):
     assert nb.check_start_state(lambda sequence, hidden_size: [0.0] * 2, CPU) == (
-        "NOT YET RIGHT: start_state returned [0.0, 0.0], not a tensor.")
-    assert nb.check_to_device(lambda batch, device: None, CPU) == (
-        "NOT YET RIGHT: to_device returned None: return the moved batch.")
+        "NOT YET RIGHT: start_state returned [0.0, 0.0] (a list), not a tensor.")
+    assert nb.check_start_state(lambda sequence, hidden_size: None, CPU) == (
+        "NOT YET RIGHT: start_state returned None (a NoneType), not a tensor.")
+
+    def wrong_argument(sequence, hidden_size):
+        return torch.zeros(len(sequence), hidden_size, device=sequence.devce)
+
+    said = nb.check_start_state(wrong_argument, CPU)
+    assert said.startswith("NOT YET RIGHT: your wrong_argument raised AttributeError: "), said
+
+
+@pytest.mark.exercise("02", "accuracy")
+def test_exercise_3_each_other_mistake_gets_its_message(nb):
     assert nb.check_accuracy(lambda model, batches, device: 0.25, nb.new_cnn(CPU), CPU) == (
         "NOT YET RIGHT: accuracy never called the model on a batch.")
 
@@ -1017,6 +1091,14 @@ def test_the_checks_name_each_other_mistake(nb):
             right += (model(inputs.to(device)).argmax(dim=1) == labels.to(device)).sum()
         return int(right.item())
 
-    answer = nb.check_accuracy(counts, nb.new_cnn(CPU), CPU)
-    assert answer.startswith("NOT YET RIGHT: accuracy returned ") and answer.endswith(
-        ", not a float between 0 and 1.")
+    said = nb.check_accuracy(counts, nb.new_cnn(CPU), CPU)
+    shown = said.split("accuracy returned ")[1].rsplit(", not a float", 1)[0]  # the count, and "(a int)"
+    assert shown.split(" ")[0].isdigit() and "int" in shown
+    assert said == f"NOT YET RIGHT: accuracy returned {shown}, not a float between 0 and 1.", said
+
+    def raises_on_the_model(model, batches, device):
+        for inputs, labels in batches:
+            model(inputs.to(device)).argmax(dim=2)
+
+    said = nb.check_accuracy(raises_on_the_model, nb.new_cnn(CPU), CPU)
+    assert said.startswith("NOT YET RIGHT: your raises_on_the_model raised "), said
