@@ -276,6 +276,73 @@ def test_a_failed_batch_fails_each_of_its_requests_at_once_and_the_server_goes_o
     assert batcher.served == [3, 4, 5] and batcher.batch_sizes == [3]
 
 
+class AnswersOneTooFew(RecordingModel):
+    """A stand-in model that, for a batch holding a picture of -2, returns one answer fewer than it got
+    pictures: the batcher has set the first answers when it finds the last one missing."""
+
+    def __call__(self, images):
+        outputs = super().__call__(images)
+        return outputs[:-1] if (images == -2).any() else outputs
+
+
+def test_a_batch_that_fails_after_part_of_it_was_answered_keeps_those_answers_and_the_server_goes_on(nb):
+    model = AnswersOneTooFew()
+    batcher = nb.DynamicBatcher(model, torch.device("cpu"), max_batch_size=3,
+                                max_queue_delay_microseconds=60_000_000)  # full batches only
+    futures = [batcher.submit(i, torch.tensor([value])) for i, value in enumerate([1.0, -2.0, 2.0])]
+    assert [future.result(timeout=20).item() for future in futures[:2]] == [2.0, -4.0]
+    with pytest.raises(ValueError, match="zip"):  # no answer for it: an error, not a wait
+        futures[2].result(timeout=20)
+    # before the fix, set_exception on the answered futures raised InvalidStateError in the serving
+    # thread, which died: every later request waited its whole timeout
+    later = [batcher.submit(i, torch.tensor([3.0])) for i in range(3, 6)]
+    assert [future.result(timeout=20).item() for future in later] == [6.0] * 3
+    batcher.close()
+    assert model.batches[3:] == [3, 3]
+
+
+def test_a_cancelled_request_is_dropped_before_the_model_runs_and_the_server_goes_on(nb):
+    model = RecordingModel()
+    batcher = nb.DynamicBatcher(model, torch.device("cpu"), max_batch_size=3,
+                                max_queue_delay_microseconds=60_000_000)  # full batches only
+    first, cancelled = batcher.submit(0, torch.tensor([1.0])), batcher.submit(1, torch.tensor([5.0]))
+    assert cancelled.cancel(), "it waits in the queue, so it can still be cancelled"
+    last = batcher.submit(2, torch.tensor([2.0]))  # the batch is full: the server answers it
+    assert [first.result(timeout=20).item(), last.result(timeout=20).item()] == [2.0, 4.0]
+    assert cancelled.cancelled() and model.batches[3:] == [2], "the model answered the two still wanted"
+    later = [batcher.submit(i, torch.tensor([3.0])) for i in range(3, 6)]
+    assert [future.result(timeout=20).item() for future in later] == [6.0] * 3
+    batcher.close()
+    assert batcher.served == [0, 2, 3, 4, 5] and sorted(batcher.answered_at) == [0, 2, 3, 4, 5]
+
+
+def test_a_batch_whose_every_request_was_cancelled_calls_no_model_and_the_server_goes_on(nb):
+    model = RecordingModel()
+    batcher = nb.DynamicBatcher(model, torch.device("cpu"), max_batch_size=3,
+                                max_queue_delay_microseconds=200_000)  # closes 0.2 s after its first
+    assert batcher.submit(0, torch.tensor([1.0])).cancel()  # long before its batch closes
+    time.sleep(0.5)  # the batch closed, holding only the cancelled request
+    assert batcher.submit(1, torch.tensor([2.0])).result(timeout=20).item() == 4.0
+    batcher.close()
+    assert model.batches[3:] == [1] and batcher.served == [1], "the model never saw the cancelled one"
+
+
+def test_a_batch_with_a_cancelled_request_that_fails_fails_the_others_and_the_server_goes_on(nb):
+    model = RecordingModel()
+    batcher = nb.DynamicBatcher(model, torch.device("cpu"), max_batch_size=3,
+                                max_queue_delay_microseconds=60_000_000)  # full batches only
+    failing = [batcher.submit(0, torch.tensor([-1.0])), batcher.submit(1, torch.tensor([5.0]))]
+    assert failing[1].cancel()
+    failing.append(batcher.submit(2, torch.tensor([2.0])))
+    for future in (failing[0], failing[2]):
+        with pytest.raises(ValueError, match="this batch cannot be answered"):
+            future.result(timeout=20)
+    assert failing[1].cancelled(), "a cancelled request stays cancelled"
+    later = [batcher.submit(i, torch.tensor([3.0])) for i in range(3, 6)]
+    assert [future.result(timeout=20).item() for future in later] == [6.0] * 3
+    batcher.close()
+
+
 class CallbacksLater(Future):
     """A concurrent.futures.Future whose done callbacks run only when the test says so. CPython's
     Future.set_result wakes the thread waiting in result() (notify_all, inside its lock) and only
