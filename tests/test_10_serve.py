@@ -420,7 +420,27 @@ def test_load_row_reports_the_percentiles_the_tail_the_rate_the_lag_and_the_mean
                       batch_sizes=[1, 2, 3])
     assert row == {"rate_per_s": 300, "server": "dynamic batcher", "p50_ms": 1.0, "p99_ms": 1.0,
                    "slower_than_p99": 1, "served_per_s": 200.0, "lag_ms": pytest.approx(0.2),
-                   "mean_batch": 2}
+                   "mean_batch": 2, "verdict": "over capacity: served 67%"}
+
+
+@pytest.mark.parametrize("busy_s, verdict", [
+    (0.4, "kept up"),  # 100 requests at 250 per second arrive within 0.396 s: 250 per second served
+    (0.44, "kept up"),  # 227 per second: 91 % of the rate
+    (0.45, "over capacity: served 89%"),  # 222 per second
+    (0.82, "over capacity: served 49%"),  # a queue that grew (one run: 125 served of 244 offered)
+])
+def test_a_row_that_served_clearly_less_than_it_was_offered_says_over_capacity(nb, busy_s, verdict):
+    for server in ("one at a time", "dynamic batcher"):  # the same words for both: not "batching failed"
+        row = nb.load_row(250.0, server, [0.001] * 100, busy_s=busy_s, lag_s=0.0, batch_sizes=[1])
+        assert row["verdict"] == verdict
+
+
+def test_load_verdict_counts_90_percent_of_the_rate_as_kept_up(nb):
+    assert nb.load_verdict(244.0, 244.0) == "kept up"
+    assert nb.load_verdict(244.0, 250.0) == "kept up"
+    assert nb.load_verdict(100.0, 90.0) == "kept up", "the boundary: the last latency is all it may lose"
+    assert nb.load_verdict(100.0, 89.0) == "over capacity: served 89%"
+    assert nb.load_verdict(244.0, 125.0) == "over capacity: served 51%"
 
 
 def test_answers_verdict_finds_missing_doubled_and_wrong_answers(nb):
@@ -486,6 +506,7 @@ def test_the_load_cell_checks_the_answers_at_the_tolerance_of_the_devices_float3
     assert row["slower_than_p99"] == 0 and row["lag_ms"] >= 0, "p99 of 8 requests rests on none"
     rates = sorted({row["rate_per_s"] for row in namespace["load_rows"]})
     assert rates == [round(f * namespace["capacity"]) for f in (0.3, 0.9, 1.5)], "times the measured one"
+    assert {row["verdict"].split(":")[0] for row in namespace["load_rows"]} <= {"kept up", "over capacity"}
 
 
 def test_arrival_rates_and_poisson_arrivals(nb):
@@ -496,6 +517,16 @@ def test_arrival_rates_and_poisson_arrivals(nb):
     assert gaps.mean() == pytest.approx(1e-3, rel=0.03)
     assert gaps.std() == pytest.approx(1e-3, rel=0.05), "exponential gaps: the spread equals the mean"
     assert (nb.poisson_arrivals(5.0, 10, seed=1) == nb.poisson_arrivals(5.0, 10, seed=1)).all()
+
+
+@pytest.mark.parametrize("count", [2, 100, 300, 2000])
+def test_the_arrivals_offer_exactly_the_rate_they_are_made_for(nb, count):
+    # 100 exponential gaps drawn with seed 0 average nearly a fifth more than asked (their sum is 117
+    # mean gaps, not 99): a server keeping up would seem to serve only 85 % of the rate
+    arrivals = nb.poisson_arrivals(300.0, count)
+    assert arrivals[0] == 0 and (count - 1) / arrivals[-1] == pytest.approx(300.0)
+    assert len(arrivals) == count and (arrivals[1:] > arrivals[:-1]).all()
+    assert list(nb.poisson_arrivals(300.0, 1)) == [0.0]
 
 
 class FakeClock:
