@@ -89,6 +89,13 @@ PROMISES = {
                 "ONNX Runtime's fallback to the CPU is logged: it is quiet, not silent", present=False),
         Promise(r"CUDA graphs are kept per thread.*pad each batch to one of a few fixed sizes", "notebook",
                 "the hint for serving a reduce-overhead model: each new batch size records its own graph"),
+        Promise(r"compiles again and records a CUDA graph for it", "notebook",
+                "with automatic_dynamic_shapes (on by default) Dynamo compiles once more, with a symbolic "
+                "batch size; it is the CUDA graphs that are recorded once per size (issue 43)", present=False),
+        Promise(r"pip wheels bring none", "notebook",
+                "the Linux wheels bring CUDA's runtime libraries and headers, only no toolkit that "
+                "torch.utils.cpp_extension finds (issue 43; the imports cell's comment said it, and the "
+                "prose must not)", present=False),
     ],
     "08": [
         Promise(r"Settings > Accelerator > GPU T4 x2", "title",
