@@ -1288,6 +1288,17 @@ def test_exercise_1_the_share_it_gets_right_is_named_as_such(nb, untrained_learn
                                f"it gets right")
     assert nb.check_error_rate(lambda files: 1 / 0, model=model, files=files).startswith(
         "NOT YET RIGHT: it raised ZeroDivisionError")
+    returned = []
+
+    def mean_forgotten(files):  # one 1 or 0 per file, not their share
+        probabilities, _ = model.get_preds(dl=model.dls.test_dl(files))
+        labels = torch.tensor([model.dls.vocab.o2i[nb.parent_label(file)] for file in files])
+        returned.append((probabilities.argmax(dim=1) != labels).float())
+        return returned[-1]
+
+    feedback = nb.check_error_rate(mean_forgotten, model=model, files=files)
+    assert feedback == f"NOT YET RIGHT: it returned {nb.short(returned[0])}, not one number."
+    assert nb.short(returned[0]).startswith("tensor([") and nb.short(returned[0]).endswith(" (a Tensor)")
 
 
 @pytest.mark.exercise("03", "data-block")
@@ -1300,8 +1311,12 @@ def test_exercise_2_a_resize_that_crops_and_a_percentage_are_named(nb, tmp_path)
     percent = nb.check_data_block(nb.RandomSplitter(valid_pct=30, seed=42), squish, folder=tmp_path)
     assert percent == ("NOT YET RIGHT: your validation set holds 20 of the 20 pictures; 30% of them is 6. "
                        "valid_pct is a share: 0.3, not 30.")
-    unseeded = nb.check_data_block(nb.RandomSplitter(valid_pct=0.3), squish, folder=tmp_path)
-    assert "but not the ones RandomSplitter picks with seed=42" in unseeded
+    another_seed = nb.check_data_block(nb.RandomSplitter(valid_pct=0.3, seed=24), squish, folder=tmp_path)
+    assert another_seed == ("NOT YET RIGHT: your validation set holds 6 pictures, as it should, but not the "
+                            "ones RandomSplitter picks with seed=42.")
+    the_split = nb.RandomSplitter(valid_pct=0.3, seed=42)(nb.get_image_files(tmp_path))  # not the splitter
+    assert nb.check_data_block(the_split, squish, folder=tmp_path) == (
+        "NOT YET RIGHT: the DataBlock cannot use them (TypeError: 'tuple' object is not callable)")
     small = nb.check_data_block(nb.RandomSplitter(valid_pct=0.3, seed=42), [nb.Resize(64, method="squish")],
                                 folder=tmp_path)
     assert small == "NOT YET RIGHT: a 96 x 48 picture came out 64 x 64 pixels; 48 x 48 is wanted."
@@ -1321,5 +1336,5 @@ def test_exercise_3_a_check_that_reads_only_the_header_misses_the_cut_jpeg(nb):
         "NOT YET RIGHT: cut_short.jpg, a JPEG cut short after 2,000 bytes, is not readable; it returned True. "
         "Image.open reads only the header: .load() decodes the pixels.")
     no_try = nb.check_readable(lambda file: Image.open(file).load() is not None)
-    assert no_try.startswith("NOT YET RIGHT: on empty.jpg, an empty file, it raised UnidentifiedImageError: "
-                             "return False instead")
+    assert no_try == ("NOT YET RIGHT: on empty.jpg, an empty file, it raised UnidentifiedImageError: return "
+                      "False instead (try ... except).")

@@ -1306,13 +1306,24 @@ def test_exercise_1_shows_the_share_that_blocks_or_no_padding_get_wrong():
 @pytest.mark.exercise("06", "average")
 def test_exercise_2_says_that_a_sum_of_gradients_is_n_times_the_whole_batchs():
     summed = nb.check_average(lambda gradients: torch.stack(gradients).sum(dim=0))
-    assert summed.startswith("NOT YET RIGHT: with 2 copies, your gradients are 2.00 times those of "
-                             "one model on the whole batch: a sum, not a mean?")
-    first_only = nb.check_average(lambda gradients: gradients[0])
-    assert first_only.startswith("NOT YET RIGHT: with 2 copies, your gradients differ from those "
-                                 "of one model on the whole batch by up to")
+    assert summed == ("NOT YET RIGHT: with 2 copies, your gradients are 2.00 times those of one model on "
+                      "the whole batch: a sum, not a mean? (The all-reduce adds them up; DDP then divides "
+                      "by the number of processes.)")
+    reference, first = nb.gradients_by_copies(lambda gradients: gradients[0], 2)
+    off, largest = float((first - reference).abs().max()), float(reference.abs().max())
+    assert nb.check_average(lambda gradients: gradients[0]) == (  # one process's gradients only
+        f"NOT YET RIGHT: with 2 copies, your gradients differ from those of one model on the whole "
+        f"batch by up to {off:.3g} (the largest gradient is {largest:.3g}).")
+    assert off > 1e-3 * largest
     stacked = nb.check_average(lambda gradients: torch.stack(gradients))
     assert stacked.startswith("NOT YET RIGHT: average_gradients should return one tensor of shape (4, 2)")
+
+    def return_forgotten(gradients):
+        torch.stack(gradients).mean(dim=0)
+
+    assert nb.check_average(return_forgotten) == (
+        "NOT YET RIGHT: average_gradients should return one tensor of shape (4, 2), the shape of each "
+        "gradient; yours returned None (a NoneType).")
     assert nb.check_average(lambda gradients: ...).startswith("NOT DONE YET")
     assert nb.check_average(lambda gradients: gradients.mean()).startswith(
         "NOT YET RIGHT: average_gradients raised AttributeError")  # a list, not a tensor

@@ -880,9 +880,11 @@ class ElementwiseStandIn:
 
     def __init__(self, formula, masked=True, error=None):
         self.formula, self.masked, self.error = formula, masked, error
+        self.launched = []  # (x, y) of each launch, the first n numbers of each
 
     def __getitem__(self, grid):
         def launch(x, y, out, n, BLOCK):
+            self.launched.append((x[:n].clone(), y[:n].clone()))
             if self.error:
                 raise self.error
             for program in range(grid[0]):
@@ -908,6 +910,7 @@ def test_a_kernel_is_unfinished_while_its_source_holds_the_starters_ellipsis(nb)
     assert not nb.still_has_ellipsis(ElementwiseStandIn(relu_double))  # no source: judged by its results
 
 
+@pytest.mark.exercise("09", "fused-kernel")
 def test_exercise_1s_check_on_a_gpu_passes_a_right_kernel_and_names_each_wrong_one(nb):
     check = exercise(nb, "fused-kernel")["check_fused_kernel"]
     assert check(ElementwiseStandIn(relu_double)).startswith(
@@ -919,6 +922,15 @@ def test_exercise_1s_check_on_a_gpu_passes_a_right_kernel_and_names_each_wrong_o
                                                                         "one launch each.")
     only_the_full_blocks = ElementwiseStandIn(lambda x, y: relu_double(x, y) * (x.numel() > 1))
     assert check(only_the_full_blocks).startswith("NOT YET RIGHT: on 1 numbers, 1 results differ.")
+    forgot_the_double = ElementwiseStandIn(lambda x, y: torch.relu(x + y))
+    said = check(forgot_the_double)
+    x, y = forgot_the_double.launched[0]  # the first launch, on 1000 numbers, is the one judged
+    differ = (x + y > 0).nonzero().flatten()  # where relu(x + y) is not twice itself
+    i = int(differ[0])
+    assert said == (f"NOT YET RIGHT: on 1000 numbers, {len(differ)} results differ. At position {i}, "
+                    f"x = {x[i]:.3f} and y = {y[i]:.3f} give {torch.relu(x + y)[i]:.3f}, but relu(x + y) * 2 "
+                    f"is {relu_double(x, y)[i]:.3f}.")
+    assert 0 < len(differ) < 1000 and len(forgot_the_double.launched) == 1
     error = RuntimeError("at 4:8:\n    x = tl.load(x_pt + offsets)\nNameError: x_pt is not defined")
     assert check(ElementwiseStandIn(relu_double, error=error)) == (
         "NOT YET RIGHT: on 1000 numbers, launching your kernel raised RuntimeError: NameError: x_pt is "
@@ -950,6 +962,7 @@ class RowMaxStandIn:
         return launch
 
 
+@pytest.mark.exercise("09", "row-max")
 def test_exercise_2s_check_on_a_gpu_passes_a_right_kernel_and_names_each_wrong_one(nb):
     check = exercise(nb, "row-max")["check_row_max"]
     assert check(RowMaxStandIn()) == ("PASSED: your kernel finds the maximum of every row, in rows of "
@@ -992,8 +1005,12 @@ def test_exercise_3_tells_a_count_of_the_reads_alone(nb):
     assert check(lambda n, fused: ...).startswith("NOT DONE YET")
     assert check(lambda n, fused: "28000") == ("NOT YET RIGHT: bytes_moved(1000, fused=False) returned "
                                                "'28000': return a number of bytes.")
-    assert check(lambda n, fused: n / 0).startswith("NOT YET RIGHT: bytes_moved(1000, fused=False) raised "
-                                                    "ZeroDivisionError")
+
+    def a_name_not_defined(n, fused):  # an error of the learner's own
+        return n * BYTES_PER_NUMBER * (3 if fused else 7)  # noqa: F821
+
+    assert check(a_name_not_defined) == ("NOT YET RIGHT: bytes_moved(1000, fused=False) raised NameError: "
+                                         "name 'BYTES_PER_NUMBER' is not defined")
 
 
 def test_the_byte_counter_agrees_with_steps_2_count_of_the_softmax(nb):
