@@ -852,3 +852,19 @@ def test_widths_with_one_layer_too_many_are_told_how_many_widths_a_depth_needs()
     assert nb.check_widths(lambda depth: ...) == "NOT DONE YET: constant_widths still returns `...`."
     passed = nb.check_widths(lambda depth, width=256: [2] + [width] * (depth - 1) + [2])
     assert passed.startswith("PASSED. FLOPs per operation with batches of 100: 2 layers 34,133, 3 layers")
+    assert passed.endswith(". From 3 to 12 layers they grow 2.6 times in all, toward 4,915,200 "
+                           "(6 × 100 × 256² ÷ 8), which no depth reaches.")
+
+
+def test_the_flops_per_operation_of_one_width_creep_up_toward_a_ceiling_no_depth_reaches():
+    # what Exercise 3's good answer says the check prints: from 3 layers on, each extra layer adds the same
+    # 256 x 256 weights and 8 operations, so the FLOPs per operation grow ever more slowly, below a ceiling
+    def per_operation(depth, width=256):
+        weights = 2 * width + (depth - 2) * width * width + width * 2
+        return 6 * 100 * weights / nb.launches_per_step(depth)
+
+    ceiling = 6 * 100 * 256 * 256 / 8
+    rises = [per_operation(depth + 1) - per_operation(depth) for depth in range(3, 200)]
+    assert all(rise > 0 for rise in rises) and rises == sorted(rises, reverse=True)
+    assert per_operation(10_000) < ceiling and per_operation(10_000) > 0.999 * ceiling
+    assert (round(per_operation(3)), round(per_operation(12))) == (1_536_000, 4_018_678)
