@@ -1897,9 +1897,13 @@ def test_exercise_1_says_a_timing_in_seconds_is_not_in_milliseconds(shapes_modul
         return {label: statistics.median(seconds) for label, seconds in times.items()}
 
     said = nb.check_part_medians(in_seconds, job, 1, baseline_s)
-    assert said.startswith("NOT YET RIGHT: your parts add up to ") and "(seconds, not milliseconds?)" in said
+    ratio = said.removeprefix("NOT YET RIGHT: your parts add up to ").split(" ")[0]
+    assert said == (f"NOT YET RIGHT: your parts add up to {ratio} times the check's own timing of the same "
+                    "run (seconds, not milliseconds?)")
+    assert 1 / 5000 < float(ratio) < 1 / 200
 
 
+@pytest.mark.exercise("05", "part-times")
 def test_exercise_1_says_how_many_steps_ran_when_the_warm_up_is_missing_and_passes_its_answer(shapes_module):
     job = tiny_job(shapes_module, feed="decode on every read")
     baseline_s = {"data": 0.004, "forward": 0.001, "backward": 0.001, "optimizer": 0.001}
@@ -1914,6 +1918,40 @@ def test_exercise_1_says_how_many_steps_ran_when_the_warm_up_is_missing_and_pass
     assert said == "NOT YET RIGHT: 4 training steps ran; with warmup=2 and steps=4 there should be 6"
     assert nb.check_part_medians(lambda run, steps, warmup=2: None, job, 0, baseline_s).startswith(
         "NOT DONE YET")
+    returned = []
+
+    def as_a_list(run, steps, warmup=2):  # Step 1's medians, but without the names of the parts
+        for _ in range(warmup):
+            nb.train_step(run)
+        times = {}
+        for _ in range(steps):
+            nb.train_step(run, times)
+        returned.append([1000 * statistics.median(seconds) for seconds in times.values()])
+        return returned[-1]
+
+    said = nb.check_part_medians(as_a_list, job, 0, baseline_s)
+    assert said == (f"NOT YET RIGHT: part_medians_ms returned {nb.short(returned[0])}, not a dict of "
+                    "milliseconds per part")
+
+    def whole_steps(run, steps, warmup=2):  # each training step timed whole, not in its parts
+        for _ in range(warmup):
+            nb.train_step(run)
+        seconds = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            nb.train_step(run)
+            seconds.append(time.perf_counter() - start)
+        return {"step": 1000 * statistics.median(seconds)}
+
+    said = nb.check_part_medians(whole_steps, job, 0, baseline_s)
+    assert said == "NOT YET RIGHT: the parts are ['step'], not ['data', 'forward', 'backward', 'optimizer']"
+
+    def from_run_times(run, steps, warmup=2):  # times the run never kept
+        return {label: 1000 * statistics.median(seconds) for label, seconds in run.times.items()}
+
+    said = nb.check_part_medians(from_run_times, job, 0, baseline_s)
+    assert said.startswith("NOT YET RIGHT: your from_run_times raised AttributeError: 'Run' object has no attribute "
+                           "'times' at line ")
     answer = nb.part_medians_ms_answer  # the notebook's answer, loaded with its helpers
     said = nb.check_part_medians(answer, job, 1, baseline_s)
     assert said.startswith("PASSED: with 1 workers the data part took ") and "against 4.00 ms" in said
@@ -1931,13 +1969,24 @@ def test_exercise_2_says_the_backward_pass_was_counted_too():
     with FlopCounterMode(display=False) as counter:
         model(images)
     assert nb.check_forward_flops(counter.get_total_flops(), model, images).startswith("PASSED: ")
+    said = nb.check_forward_flops(counter, model, images)  # the counter itself, not its count
+    assert said == (f"NOT YET RIGHT: the check got {nb.short(counter)}, not a number of FLOPs; give it "
+                    "counter.get_total_flops()")
+    assert nb.check_forward_flops(None, model, images) == (
+        "NOT YET RIGHT: the check got None (a NoneType), not a number of FLOPs; give it "
+        "counter.get_total_flops()")
 
 
 @pytest.mark.exercise("05", "t4-costs")
 def test_exercise_3_says_an_arithmetic_time_multiplied_instead_of_divided_is_off():
     operations, flops = 150.0, 1.62e9
     said = nb.check_t4_costs(150.0 * 10e-6, flops * 8.1e12, operations, flops, 10e-6, 8.1e12)
-    assert said.startswith("NOT YET RIGHT: your arithmetic time is 1.31e+22 s, 6.56e+25 times the 0.0002 s")
+    assert said == ("NOT YET RIGHT: your arithmetic time is 1.31e+22 s, 6.56e+25 times the 0.0002 s of the "
+                    "cost model")
+    said = nb.check_t4_costs("1.5 ms", flops / 8.1e12, operations, flops, 10e-6, 8.1e12)  # a time as text
+    assert said == "NOT YET RIGHT: your launch cost is '1.5 ms' (a str), not a number of seconds"
+    said = nb.check_t4_costs(150.0 * 10e-6, None, operations, flops, 10e-6, 8.1e12)
+    assert said == "NOT YET RIGHT: your arithmetic time is None (a NoneType), not a number of seconds"
     assert nb.check_t4_costs(..., ..., operations, flops, 10e-6, 8.1e12).startswith("NOT DONE YET")
     said = nb.check_t4_costs(150.0 * 10e-6, flops / 8.1e12, operations, flops, 10e-6, 8.1e12)
     assert said == ("PASSED: 1.500 ms of launches against 0.200 ms of arithmetic: on such a GPU the big "
