@@ -158,7 +158,31 @@ VERDICTS = {
                 r"below).* Your sweep: ", "gpu", "with a GPU the cost model's prediction stands beside the sweep"),
     ],
     # --- 05: find the bottleneck --------------------------------------------------------------------------
+    # A timing verdict of 05 may say "inconclusive on this machine: run again" where the rounds disagree, as
+    # on a busy machine (issue 43); never a conclusive verdict that contradicts the settings' design.
+    ("05", "verdicts-say"): [
+        Verdict(r"^heavy data: data-bound \(as built\)$", "cpu",
+                "the heavy-data setting waits for its pictures (data against compute is read from the "
+                "medians of the training steps, several times apart on a CPU)"),
+        Verdict(r"^tiny batches: (launch-bound \(as built\)$|inconclusive on this machine: run again \()",
+                "cpu", "the tiny batches are launch-bound in every round of the cost measurement, or the "
+                "rounds disagree and the verdict says so; a conclusive compute-bound would be wrong"),
+        Verdict(r"^big model: (compute-bound \(as built\)$|inconclusive on this machine: run again \()",
+                "cpu", "the big model is compute-bound on a CPU in every round, or the rounds disagree and "
+                "the verdict says so, never 'launch-bound (built to be compute-bound)'"),
+    ],
+    ("05", "workers-say"): [
+        Verdict(r"^num_workers=[1-9]\d*: (\d+\.\d\d× (faster|slower) \(every round: |about the same \(|"
+                r"inconclusive on this machine: run again \()", "always",
+                "Step 3's worker variant ran and its rounds were judged ('No worker variant could run' "
+                "would mean the dataset class never reached the workers); the speed-up depends on the "
+                "machine and is not checked"),
+    ],
     ("05", "results-check"): [
+        Verdict(r"^Adam\(fused=True\): (\d+\.\d\d× (faster|slower) \(every round: |about the same \(|"
+                r"inconclusive on this machine: run again \()", "always",
+                "Step 4's fused Adam ran beside the baseline (PyTorch has one for a CPU too); a 'not run' "
+                "would leave the launch-bound fix untried"),
         Verdict(r"^All \d+ checked variants kept the results within the tolerance", "always",
                 "the core's fixes (workers, fused Adam) keep loss and accuracy: the correctness verdict "
                 "after Step 4"),
