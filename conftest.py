@@ -5,6 +5,7 @@ environment; `--full-size` runs the notebooks at the size a learner gets instead
 The notebook kernels that nbval starts inherit this process's environment.
 """
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -26,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
 # checked in JupyterLab (tests/notebook_items.py)
 pytest_plugins = ["helper_coverage", "notebook_items"]
 
+import manifest  # noqa: E402  (tools/manifest.py: the per-notebook facts)
+
 
 def pytest_addoption(parser):
     parser.addoption(
@@ -42,19 +45,28 @@ def pytest_configure(config):
 
 
 # The longest files first, so that the two workers of `-n 2 --dist loadfile` finish together instead
-# of one of them running the browser test alone at the end (measured with --durations; pytest.ini
-# turns off xdist's own reordering, which puts files with the most tests first). Notebook 05 goes
-# before 06 so that its torch.compile work is done before the browser test reaches its own copy.
-LONGEST_FIRST = ["tests/test_browser.py", "notebooks/05_", "notebooks/06_", "notebooks/10_",
-                 "notebooks/08_", "tests/test_03_bird.py", "notebooks/03_", "tests/test_09_triton.py",
-                 "tests/test_06_ddp.py", "tests/test_08_memory.py", "tests/test_missing_packages.py",
-                 "tests/test_10_serve.py", "notebooks/04_", "notebooks/02_", "notebooks/01_"]
+# of one of them running the browser test alone at the end (pytest.ini turns off xdist's own
+# reordering, which puts files with the most tests first). A notebook's nbval run and its test files
+# take the seconds its manifest entry gives (test_seconds); the files that are no one notebook's, these.
+COLLECTION_SECONDS = {"tests/test_browser.py": 200, "tests/test_missing_packages.py": 55}
+NOTEBOOK_FILE = re.compile(r"^(?:notebooks/|tests/test_)(\d\d)_")
+
+
+def run_seconds(nodeid):
+    """About how long the file of a test takes in a test run (0 when nothing says)."""
+    path = nodeid.split("::")[0]
+    if path in COLLECTION_SECONDS:
+        return COLLECTION_SECONDS[path]
+    found = NOTEBOOK_FILE.match(path)
+    entry = manifest.notebooks().get(found.group(1)) if found else None
+    if entry is None:
+        return 0
+    return entry.test_seconds["notebook" if path.startswith("notebooks/") else "tests"]
 
 
 def run_order(nodeid):
-    """Where a test goes: the position of its file in LONGEST_FIRST, or after them all."""
-    return next((rank for rank, start in enumerate(LONGEST_FIRST) if nodeid.startswith(start)),
-                len(LONGEST_FIRST))
+    """Where a test goes: the longest files first (a file's tests keep their order)."""
+    return -run_seconds(nodeid)
 
 
 def pytest_collection_modifyitems(session, config, items):

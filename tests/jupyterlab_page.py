@@ -10,7 +10,7 @@ The checks (page_problems): every code cell ran and no output is an error (read 
 model: the page draws a traceback and a warning on stderr alike); no dialog (a dead kernel opens one)
 and no error in the browser console; the figures are on the page as images and the tables as HTML
 tables, as many as the notebook's own source promises; warnings shown in red are ones the prose
-explains (ALLOWED_STDERR); cells folded with `#@title` are shown folded; every glossary link has its
+explains (allowed_stderr: the manifest's); cells folded with `#@title` are shown folded; every glossary link has its
 entry on the page. A screenshot of each page is saved. The server, its kernels and the browser are
 stopped by process id.
 """
@@ -46,14 +46,17 @@ HOW_TO_GET_A_BROWSER = ("install Chromium (Debian/Ubuntu: `sudo apt-get install 
 SERVER_START_SECONDS = 120
 NOTEBOOK_SECONDS = 600  # one notebook, in fast mode, from page load to the last cell
 
-# Red (stderr) messages a learner may see, each explained by the notebook's prose; anything else fails.
-# A message is a Python warning (its `file:line: Category: text` line and what follows it) or any other
-# run of stderr lines. Notebook number: [(pattern searched in the message's first line, why it is allowed)].
-ALLOWED_STDERR = {
-    "03": [(r"UserWarning: load_learner` uses Python's insecure pickle module",
-            "Step 6's prose: the saved model is a pickle, so only load files you trust "
-            "(fastai prints a warning saying the same)")],
-}
+def allowed_stderr(number):
+    """Red (stderr) messages a learner may see in notebook `number`, each explained by its prose:
+    [(pattern searched in the message's first line, why)], from its `allowed_stderr` in
+    notebooks/manifest.toml; anything else fails. A message is a Python warning (its `file:line:
+    Category: text` line and what follows it) or any other run of stderr lines."""
+    from manifest import notebooks
+
+    entry = notebooks().get(number)
+    return [(allowed.pattern, allowed.why) for allowed in entry.allowed_stderr] if entry else []
+
+
 WARNING_LINE = re.compile(r"^\S.*:\d+: \w+: ")  # what warnings.showwarning prints first
 
 
@@ -537,7 +540,7 @@ def page_problems(number, cells, file_cells, links, console_errors, dialogs):
             problems.append(f"{shown}: {wanted_figures} figure(s) expected as images")
         if cell["tables"] < wanted_tables:
             problems.append(f"{shown}: {wanted_tables} table(s) expected as HTML tables")
-    unexplained = unexplained_stderr([cell["model"] for cell in cells], ALLOWED_STDERR.get(number, []))
+    unexplained = unexplained_stderr([cell["model"] for cell in cells], allowed_stderr(number))
     if unexplained:
         problems.append(f"red (stderr) output that the prose does not explain: {unexplained}")
     wanted_links = sum(len(re.findall(r"\]\(#glossary-", cell.source)) for cell in file_cells

@@ -208,34 +208,10 @@ from anatomy import (PROSE_LINE_WORDS, SUMMARY_HEADING, budget_problems, class_r
                      visible_core_code_lines, workshop_t4, CORE_LIMIT_MINUTES)
 
 # The least T4 run time, in minutes, a title table may state for its core until a GPU record measures
-# it: an instructor's reading of each core as it was on 2026-11-27 (issue 39). A core that moves work
-# out may state less, with the reason beside its number here.
-T4_RUN_MINUTES_AT_LEAST = {
-    "01": 2,
-    "02": 1,
-    "03": 6,
-    # 04: 2, not 4: its sweep times 20 epochs per model instead of 100 (100 × the median epoch, as
-    # before); the accuracy after 100 epochs, which needed them, moved to Going deeper A.
-    "04": 2,
-    "05": 3,
-    # 06: 2, not 4: its core starts torchrun once (it started it four times); the runs without DDP, of
-    # one process, and of two nodes moved out or into that one run.
-    "06": 2,
-    # 07: 1, not 2: float16 with a GradScaler, DataLoader workers and the seeded and deterministic runs
-    # moved to Going deeper; the core runs Step 1's script in one or two fresh processes (each starts
-    # Python, PyTorch and CUDA: about 15 s on a Colab T4, an estimate) and trains two tiny models.
-    "07": 1,
-    # 08: 1, not 3: FSDP2's two torchrun runs (CPU processes on Colab's one T4) and the timed remedies
-    # moved to Going deeper; what stays runs a few training steps, one of them on a model sized to fill
-    # the T4.
-    "08": 1,
-    # 09: 2, not 3: the matrix product (compiled at 1024 to 4096 a side, checked and timed) moved to
-    # Going deeper, the fused kernel to the exercises; the core compiles two small Triton kernels and
-    # calls torch.compile twice (each some 10 to 40 s cold on a Colab T4, an estimate).
-    "09": 2,
-    # 10: 1, not 6: its compiles (torch.compile, AOTInductor) moved to Going deeper B and C.
-    "10": 1,
-}
+# it: each notebook's t4_run_minutes_at_least in notebooks/manifest.toml, with its reason.
+from manifest import notebooks as _manifest  # noqa: E402
+
+T4_RUN_MINUTES_AT_LEAST = {number: entry.t4_run_minutes_at_least for number, entry in _manifest().items()}
 
 
 def visible_core_code(notebook):

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from jupyterlab_page import (ALLOWED_STDERR, LINKS, CELLS, NOTEBOOK_SECONDS, WATCH_KERNEL, Browser,
+from jupyterlab_page import (allowed_stderr, LINKS, CELLS, NOTEBOOK_SECONDS, WATCH_KERNEL, Browser,
                              LabServer, Page, expected_figures, expected_tables, find_browser,
                              folded_by_title, page_problems, require_browser,
                              run_all_cells_through_the_menu, server_environment, stderr_messages,
@@ -100,7 +100,7 @@ def test_stderr_is_split_into_messages_and_only_allowed_ones_pass():
     assert stderr_messages(warning + other) == [warning.rstrip("\n"), other.rstrip("\n")]
     cells = [{"outputs": [{"output_type": "stream", "name": "stderr", "text": warning + other}]},
              {"outputs": [{"output_type": "stream", "name": "stdout", "text": other}]}]
-    assert unexplained_stderr(cells, ALLOWED_STDERR["03"]) == [(0, other.rstrip("\n"))]
+    assert unexplained_stderr(cells, allowed_stderr("03")) == [(0, other.rstrip("\n"))]
     assert unexplained_stderr(cells, []) == [(0, warning.rstrip("\n")), (0, other.rstrip("\n"))]
 
 

@@ -10,6 +10,8 @@ import re
 import nbformat
 import pytest
 
+import manifest
+
 from notebook_code import NOTEBOOKS, REPO, core_markdown, missing_taught_calls, read
 from shared_checks import MAX_LINE, code_lines_too_long, machine_bound_phrases
 
@@ -257,13 +259,13 @@ def test_unresolved_links_names_files_beside_and_missing_anchors():
     assert unresolved_links(notebook("## Step 2: Time it\n\nSee [Step 2](#Step-2:-Time-it).")) == []
 
 
-# Assertions a notebook may make in the learner's path: ones that hold on every machine, each with why.
-# Everything else that can fail on a machine the tests never see prints a verdict and its reason, and
-# the tests assert it (tests/verdicts.py checks the printed verdicts in the runs the suite makes).
-ALLOWED_ASSERTS = {
-    ("08", "accumulation-check"): "issue 19 asks the notebook to assert that accumulation gives one batch's "
-                       "gradients; float32 holds it to 1e-4 of the largest gradient on any device",
-}
+def allowed_asserts():
+    """{(notebook, cell id): why} of the asserts a notebook may make in the learner's path: ones that
+    hold on every machine (each notebook's `allowed_asserts` in notebooks/manifest.toml). Everything
+    else that can fail on a machine the tests never see prints a verdict and its reason, and the tests
+    assert it (tests/verdicts.py checks the printed verdicts in the runs the suite makes)."""
+    return {(number, allowed.pattern): allowed.why for number, entry in manifest.notebooks().items()
+            for allowed in entry.allowed_asserts}
 
 
 def top_level_asserts(notebook, number):
@@ -286,8 +288,9 @@ def top_level_asserts(notebook, number):
 def test_the_learners_path_prints_verdicts_instead_of_asserting(path):
     number = path.name[:2]
     found = top_level_asserts(read(path), number)
-    assert [cell for cell in found if cell not in ALLOWED_ASSERTS] == []
-    assert all(cell in found for cell in ALLOWED_ASSERTS if cell[0] == number), "a stale allowance"
+    allowed = allowed_asserts()
+    assert [cell for cell in found if cell not in allowed] == []
+    assert all(cell in found for cell in allowed if cell[0] == number), "a stale allowance"
 
 
 def test_top_level_asserts_are_found_in_blocks_but_not_in_functions():
@@ -367,21 +370,10 @@ def test_retired_uses_are_found_on_both_sides_of_each_rule():
     assert retired_uses(notebook("`torch.cuda.synchronize()` and `for step in range(3)`"), "05") == []
 
 
-def taught_calls_of(test_file):
-    """The TAUGHT_CALLS list a notebook's test file declares (read with ast), or None."""
-    tree = ast.parse(test_file.read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["TAUGHT_CALLS"]:
-            return ast.literal_eval(node.value)
-    return None
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
 def test_the_calls_a_notebook_teaches_are_in_view_in_its_core(path):
-    number = path.name[:2]
-    test_files = sorted((REPO / "tests").glob(f"test_{number}_*.py"))
-    taught = taught_calls_of(test_files[0]) if test_files else None
-    assert taught and len(taught) >= 3, f"tests/test_{number}_*.py lists the calls it teaches in TAUGHT_CALLS"
+    taught = manifest.notebook(path.name[:2]).taught_calls
+    assert len(taught) >= 3, f"notebooks/manifest.toml lists at least three taught_calls of {path.name}"
     assert missing_taught_calls(read(path), taught) == []
 
 

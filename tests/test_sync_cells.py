@@ -185,7 +185,7 @@ def test_a_missing_or_doubled_copy_is_reported_not_passed_over(folder):
 def test_a_source_the_manifest_lacks_or_a_file_it_does_not_name_stops_the_tool(folder):
     (folder / "sources" / "stray.py").write_text("#@title A cell nobody copies\n")
     done = tool(folder, "--check")
-    assert done.returncode == 2 and "stray.py is named in no entry of tools/sync_cells.py's SHARED" in done.stdout
+    assert done.returncode == 2 and "stray.py is named in no entry of tools/sync_cells.py's TITLES" in done.stdout
     (folder / "sources" / "stray.py").unlink()
     (folder / "sources" / "datasheet.py").unlink()
     done = tool(folder)

@@ -2,9 +2,9 @@
 
 Each notebook must run alone (uploaded to Colab or Kaggle with nothing beside it), so a few cells are
 copies. Their one source each is a plain file in tools/shared_cells/ (its text is the cell's source, its
-first line the cell's `#@title ...` line); SHARED below is the manifest: each file, the start of its
-first line (which finds the copies), the notebooks that carry it, and the names each copy keeps as its
-own (the install cell's PACKAGES). Only a copy's source text is replaced: its cell id, metadata and
+first line the cell's `#@title ...` line); TITLES below names each file, the start of its first line
+(which finds the copies) and the names each copy keeps as its own (the install cell's PACKAGES); which
+notebooks carry it is each notebook's `shared_cells` in notebooks/manifest.toml. Only a copy's source text is replaced: its cell id, metadata and
 outputs stay. No notebook is the source of another's cell. The tool also makes each notebook's last
 cell, "Words used here": the entries of GLOSSARY.md that the notebook's links
 `[word](#glossary-<anchor>)` point to, each with its anchor `<a id="glossary-<anchor>">`, so that the
@@ -15,7 +15,7 @@ links work in a notebook uploaded alone.
 
 --check exits 1 when a copy differs, is missing or is there twice, and names the file to edit
 (tools/shared_cells/<file>, or GLOSSARY.md); tests/test_sync_cells.py runs it. Exit code 2: the
-sources themselves are wrong (a file the manifest names is missing, or one it does not name is there).
+sources themselves are wrong (a file TITLES names is missing, or one it does not name is there).
 """
 import argparse
 import ast
@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from manifest import EVERY_NOTEBOOK_CARRIES, notebooks as notebooks_in_manifest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO / "notebooks"
@@ -44,14 +47,32 @@ class Shared:
     keep: tuple = ()  # top-level names whose assignment each copy keeps as its own
 
 
-# The manifest. tools/shared_cells/README.md says what each file holds.
-SHARED = [
-    Shared("install.py", "#@title Setup, part 1: ", keep=("PACKAGES",)),
-    Shared("shared_setup.py", "#@title Shared setup: "),
-    Shared("datasheet.py", "#@title The datasheet table: ", ("01", "09")),
-    Shared("process_plumbing.py", "#@title Plumbing: run programs with a time limit", ("06", "08")),
-    Shared("torchrun_helpers.py", "#@title Shared torchrun helpers: ", ("06", "08")),
-]
+# Each shared cell's file and the start of its first line. Which notebooks carry it is each notebook's
+# `shared_cells` in notebooks/manifest.toml (install.py and shared_setup.py: every notebook);
+# tools/shared_cells/README.md says what each file holds.
+TITLES = {
+    "install.py": ("#@title Setup, part 1: ", ("PACKAGES",)),
+    "shared_setup.py": ("#@title Shared setup: ", ()),
+    "datasheet.py": ("#@title The datasheet table: ", ()),
+    "process_plumbing.py": ("#@title Plumbing: run programs with a time limit", ()),
+    "torchrun_helpers.py": ("#@title Shared torchrun helpers: ", ()),
+}
+
+
+def shared_from_manifest(entries=None):
+    """[Shared] for every file in TITLES, its targets read from the manifest's entries; ValueError when
+    an entry names a shared cell that TITLES does not know."""
+    entries = notebooks_in_manifest() if entries is None else entries
+    unknown = sorted({name for entry in entries.values() for name in entry.shared_cells} - set(TITLES))
+    if unknown:
+        raise ValueError(f"notebooks/manifest.toml names shared cells that tools/sync_cells.py's TITLES "
+                         f"does not know: {', '.join(unknown)}")
+    return [Shared(file, title, None if file in EVERY_NOTEBOOK_CARRIES else
+                   tuple(number for number, entry in entries.items() if file in entry.carries), keep)
+            for file, (title, keep) in TITLES.items()]
+
+
+SHARED = shared_from_manifest()
 
 
 def notebooks(folder=None):
@@ -209,7 +230,7 @@ def read_sources(source_dir=None, manifest=None):
     for shared in manifest:
         path = source_dir / shared.file
         if not path.is_file():
-            problems.append(f"{shown(path)} is missing (tools/sync_cells.py's SHARED names it)")
+            problems.append(f"{shown(path)} is missing (tools/sync_cells.py's TITLES names it)")
             continue
         text = path.read_text(encoding="utf-8").removesuffix("\n")
         if not first_line(text).startswith(shared.title):
@@ -227,7 +248,7 @@ def read_sources(source_dir=None, manifest=None):
             continue
         sources[shared] = text
     named = {shared.file for shared in manifest}
-    problems += [f"{shown(path)} is named in no entry of tools/sync_cells.py's SHARED: add it there, or "
+    problems += [f"{shown(path)} is named in no entry of tools/sync_cells.py's TITLES: add it there, or "
                  f"remove the file" for path in sorted(source_dir.glob("*.py")) if path.name not in named]
     if problems:
         raise ValueError("\n".join(problems))
@@ -265,15 +286,15 @@ def copies(read, sources, source_dir=None):
         for number in shared.targets or tuple(read):
             if number not in read:
                 found.append(Copy(shared, number, problem=f"notebook {number}, a target of {where} in "
-                                                          f"tools/sync_cells.py's SHARED, is not there"))
+                                                          f"notebooks/manifest.toml, is not there"))
                 continue
             cells = [index for index, cell in enumerate(read[number].cells)
                      if cell.cell_type == "code" and first_line(cell.source).startswith(shared.title)]
             if not cells:
                 found.append(Copy(shared, number, problem=(
                     f"no code cell starts with {shared.title!r}, the copy of {where}: put the cell "
-                    f"back with that first line, or take {number} out of its targets in "
-                    f"tools/sync_cells.py's SHARED")))
+                    f"back with that first line, or take {where} out of notebook {number}'s "
+                    f"shared_cells in notebooks/manifest.toml")))
                 continue
             if len(cells) > 1:
                 ids = ", ".join(str(read[number].cells[index].get("id")) for index in cells)
