@@ -15,24 +15,6 @@ from notebook_code import load_helpers, run_cell
 
 nb = load_helpers("01")
 
-# The calls notebook 01 teaches, each in a visible code cell of its core (checked by
-# tests/test_learner_first.py). What the synchronizing lines do on a GPU is tested below with stand-ins,
-# because a CPU cannot show it.
-TAUGHT_CALLS = [
-    r"torch\.cuda\.is_available\(\)",
-    r"torch\.cuda\.get_device_name\(",
-    r"torch\.version\.cuda",
-    r"torch\.cuda\.get_arch_list\(\)",
-    r"torch\.cuda\.get_device_capability\(\)",
-    r"torch\.accelerator\.current_accelerator\(\)",
-    r"torch\.backends\.mps\.is_available\(\)",
-    # Step 4: a matrix product timed by hand, the clock read after torch.cuda.synchronize()
-    r"start = time\.perf_counter\(\)\nproduct = a @ b.*\n\s+torch\.cuda\.synchronize\(\)"
-    r".*\nfinished_s = time\.perf_counter\(\) - start",
-    r"def synchronized_clock\(on_device\):.*synchronize\(on_device\)",
-    r"benchmark\.Timer\(.*timer=synchronized_clock\(on_device\)",
-    r"\.blocked_autorange\(min_run_time=",
-]
 
 CUDA13_ARCHES = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
 # torch.cuda.get_arch_list() of a ROCm wheel (torch 2.7.1+rocm6.3): AMD architecture names, no "sm_".

@@ -31,29 +31,6 @@ def nb():
     return load_helpers("02")
 
 
-# The calls notebook 02 teaches, each in a visible code cell of its core (checked by
-# tests/test_learner_first.py). Those whose effect a CPU cannot show (synchronize around the clock,
-# the moves of each batch) are tested below with recording stand-ins.
-TAUGHT_CALLS = [
-    r"on_cpu\.to\(device\)",
-    r"torch\.randn\(3, 4, device=device\)",
-    r"\.item\(\)",
-    r"\.cpu\(\)\.numpy\(\)",
-    r"model\.to\(device\)",
-    r"class OnDeviceBatches:.*torch\.randperm\(len\(self\.inputs\), device=self\.inputs\.device\)",
-    r"OnDeviceBatches\(images\.to\(device\), labels\.to\(device\)",
-    r"DataLoader\(TensorDataset\(images, labels\)",
-    r"def train_epochs\(.*synchronize\(device\)[^\n]*\n\s+start, loss_sum, seen = time\.perf_counter\(\)"
-    r".*\.to\(device, non_blocking=non_blocking\).*loss_sum \+= loss\.detach\(\).*"
-    r"synchronize\(device\)[^\n]*\n\s+seconds = time\.perf_counter\(\).*\(loss_sum / seen\)\.item\(\)",
-    r"def new_cnn\(device\):.*return SmallCNN\(\)\.to\(device\)",
-    r"cnn = new_cnn\(device\)\n\s+optimizer = torch\.optim\.Adam\(cnn\.parameters\(\)",
-    r"torch\.ones\(3\) \+ torch\.ones\(3, device=elsewhere\)",
-    r"torch\.ones\(3, device=elsewhere\)\.numpy\(\)",
-    r"inputs = inputs\.to\(elsewhere, torch\.float16\)",
-]
-
-
 # --- Step 3: the batches, the training loop, the model factory ----------------------------------------
 
 def test_on_device_batches_cover_every_sample_once_and_keep_inputs_with_their_targets(nb):

@@ -34,22 +34,6 @@ from PIL import Image
 from notebook_code import code_cells, core_cells, load_helpers, notebook_path, read, run_cell
 
 
-# The calls the notebook teaches, each in a visible code cell of the core (test_learner_first.py checks it):
-# fast.ai's search and download, the checks of the download, the DataBlock, the device, training, use.
-TAUGHT_CALLS = [
-    r"DDGS\(timeout=10\)\.images\(query, max_results=max_images\)",
-    r"download_images\(scratch, urls=urls, timeout=timeout\)",
-    r"verify_images\(candidates\)",
-    r"resize_images\(scratch, max_size=400, dest=dest\)",
-    r"DataBlock\(\s*blocks=\(ImageBlock, CategoryBlock\)",
-    r"\.dataloaders\(data_folder, device=device, bs=batch_size\)",
-    r"vision_learner\(dls, resnet18, metrics=error_rate",
-    r"learn\.fine_tune\(epochs\)",
-    r"time_it\(lambda: train\(learn, pretrained, EPOCHS, SCRATCH_EPOCHS\), device,\s*repeats=1, warmup=0\)",
-    r"learn\.predict\(PILImage\.create\(bird_file\)\)",
-]
-
-
 @pytest.fixture(scope="module")
 def nb():
     with warnings.catch_warnings():

@@ -20,20 +20,6 @@ from notebook_code import REPO, core_cells, load_helpers, notebook_path, read, r
 
 nb = load_helpers("04")
 
-# The calls the notebook teaches, each in a visible code cell of the core (test_learner_first.py checks
-# it): the model on the device, the training step, the naive clock and the synchronized one, the sweep's
-# timing with time_it, and the cell that makes Step 4's table of the two numbers.
-TAUGHT_CALLS = [
-    r"model = create_model\(depth\)\.to\(device\)",
-    r"loss\.backward\(\)\s+optimizer\.step\(\)\s+optimizer\.zero_grad\(\)",
-    r"start = time\.perf_counter\(\)\s+fn\(\)\s+seconds\.append\(time\.perf_counter\(\) - start\)",
-    r"synchronize\(d\)  # let the queued work finish",
-    r"synchronized_s = time_it\(lambda: a @ b, d\)",
-    r"time_it\(lambda: train_epoch\(model, optimizer, inputs, targets, batch_size\), device,",
-    r"1e6 \* smallest\.epoch_s / operations",
-    r"return 2 \* size\*\*3 / time_it\(lambda: a @ b, device, repeats=5\)",
-    r"break_even = extra_s \* cpu\.gflop_per_s \* 1e9",
-]
 
 ARTICLE_PARAMS_10_LAYERS = 703_142  # the figure the article gives for its 10-layer model
 CPU, GPU = torch.device("cpu"), torch.device("cuda")
@@ -106,6 +92,7 @@ def test_the_models_start_from_the_same_weights_for_a_seed(he_init, optimizer, k
 
 # --- naive against synchronized timing ----------------------------------------------------------
 
+@pytest.mark.gpu_branch("04", "sync_demo_size: torch.device(device).type == 'cpu'")
 def test_sync_demo_uses_a_large_product_on_a_gpu():
     assert nb.sync_demo_size(CPU) < nb.sync_demo_size(GPU) == 4096
     assert nb.sync_demo_size("mps") >= 4096
@@ -118,6 +105,7 @@ def test_the_naive_timer_takes_the_median_without_synchronizing():
     assert len(calls) == 5
 
 
+@pytest.mark.gpu_branch("04", "describe_sync_demo: device_type == 'cpu'")
 def test_sync_demo_reads_its_own_numbers():
     gpu = nb.describe_sync_demo("cuda", naive_s=20e-6, synchronized_s=25e-3)
     assert gpu.startswith("cuda: naive 0.02 ms, synchronized 25 ms.") and "1,250 times too small" in gpu
@@ -626,6 +614,7 @@ def test_fit_sentence_compares_with_step_4():
     assert "larger of the two" in gpu and "launch-bound" in gpu and "GFLOP" not in gpu
 
 
+@pytest.mark.gpu_branch("04", "describe_break_even: gpu_fit is None")
 def test_break_even_sentence():
     cpu_fit, gpu_fit = (5e-6, 100e9), (10e-6, 8e12)
     assert "500,000 FLOPs" in nb.describe_break_even(cpu_fit, gpu_fit, "cuda")
@@ -665,6 +654,7 @@ def test_batch_verdict_at_its_edge(worst, warned):
 
 # --- Going deeper D: a cold start, Timer, a busy machine -------------------------------------------
 
+@pytest.mark.gpu_branch("04", "describe_cold_warm: device_type == 'cpu'")
 def test_cold_warm_sentence_reads_the_numbers():
     cold = nb.describe_cold_warm("cuda", cold_s=0.9, warm_s=0.03)
     assert "900 ms" in cold and "30.0 times" in cold and "start-up" in cold

@@ -38,6 +38,8 @@ import pytest
 import torch
 from torch import nn
 from torch.autograd import DeviceType
+
+import manifest
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.data import DataLoader
 from torch.utils.flop_counter import FlopCounterMode
@@ -48,19 +50,6 @@ nb = load_helpers("05")
 NOTEBOOK = read(notebook_path("05"))
 CPU = torch.device("cpu")
 
-# The calls notebook 05 teaches, each in a visible code cell of its core where the prose teaches it
-# (test_learner_first.py checks it): the timing of a part of a training step (synchronize, then read
-# the clock) and the loop that times each part over many training steps after a warm-up, the profiler,
-# the FLOP count, the DataLoader's workers (Step 3's fix) and Adam's fused form (Step 4's fix).
-TAUGHT_CALLS = [
-    r"synchronize\(device\).*\n.*time\.perf_counter\(\) - start",
-    r"for _ in range\(2\):  # warm-up, untimed\s+train_step\(run\)",
-    r"for _ in range\(PART_STEPS\):\s+train_step\(run, times\)\s+.*statistics\.median\(seconds\)",
-    r"with profile\(activities=",
-    r"with FlopCounterMode\(display=False\) as counter:\s+model\(images\)\.sum\(\)\.backward\(\)",
-    r"DataLoader\(.*num_workers=workers, persistent_workers=workers > 0,\s*pin_memory=",
-    r"torch\.optim\.Adam\(parameters, lr=LEARNING_RATE, fused=True\)",
-]
 
 CPU_AT_04 = {"launch_s": 25e-6, "flop_per_s": 100e9}  # about what notebook 04 measured on 2 cores
 T4_LIKE = {"launch_s": 10e-6, "flop_per_s": 8e12}
@@ -2026,5 +2015,6 @@ def test_the_taught_calls_are_in_the_visible_cells_of_their_steps():
     cells = {cell.get("id"): cell.source for cell in NOTEBOOK.cells}
     where = {0: "train-step", 1: "timing-loop", 2: "timing-loop", 3: "profile", 4: "flop-count",
              5: "workers-fix", 6: "fused-fix"}
+    taught = manifest.notebook("05").taught_calls
     for index, cell_id in where.items():
-        assert re.search(TAUGHT_CALLS[index], cells[cell_id], re.S), (TAUGHT_CALLS[index], cell_id)
+        assert re.search(taught[index], cells[cell_id], re.S), (taught[index], cell_id)

@@ -40,24 +40,6 @@ nb = load_helpers("06")
 # fixture `plumbing` run on both copies.
 PLUMBING = {"06": nb, "08": load_helpers("08")}
 
-# The calls notebook 06 teaches, each in a visible code cell of its core (checked by
-# tests/test_learner_first.py). Those whose effect a CPU cannot show (the NCCL backend, the GPU of
-# LOCAL_RANK for set_device, init_process_group and DDP's device_ids) are checked with stand-ins
-# below, in test_on_two_gpus_each_process_joins_over_nccl_on_the_gpu_of_its_local_rank; no_sync in
-# test_measure_speed_times_with_ddp_then_inside_no_sync_and_keeps_the_medians.
-TAUGHT_CALLS = [
-    r"torch\.cuda\.set_device\(device\)",
-    r"dist\.init_process_group\(backend, timeout=timeout,\s*device_id=device",
-    r"DistributedDataParallel\(model, device_ids=device_ids\)",
-    r"DistributedSampler\(train_set, shuffle=True",
-    r"sampler\.set_epoch\(epoch\)",
-    r"dist\.barrier\(\)",
-    r"dist\.destroy_process_group\(\)",
-    r"@record",
-    r"with model\.no_sync\(\):",
-    r"torchrun_command\(script_path, plan\[\"nproc\"\]",
-]
-
 
 @pytest.fixture(params=sorted(PLUMBING))
 def plumbing(request):

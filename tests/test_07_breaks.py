@@ -58,16 +58,6 @@ nb = load_helpers("07")
 NOTEBOOK = read(notebook_path("07"))
 CPU = torch.device("cpu")
 
-# The PyTorch calls notebook 07's core teaches, each in a visible code cell of its core. The float16,
-# DataLoader and determinism calls moved to Going deeper with their parts.
-TAUGHT_CALLS = [
-    r'"CUDA_LAUNCH_BLOCKING": "1"',
-    r"label_problems\(labels, num_classes=",
-    r"register_buffer\(",
-    r"device=x\.device",
-    r"\.register_forward_hook\(",
-    r"nn\.LogSoftmax\(dim=1\)",
-]
 BUG_LINE = nb.line_number_of(nb.LABEL_SCRIPT_SOURCE, nb.BUG_MARKER)
 
 

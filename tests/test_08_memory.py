@@ -37,28 +37,6 @@ from notebook_code import code_cells, load_helpers, notebook_path, read, run_cel
 nb = load_helpers("08")
 SCRIPT_TEXT = nb.SCRIPT_TOP + nb.SCRIPT_MODEL + nb.SCRIPT_MAIN
 
-# The calls notebook 08 teaches, each in a visible code cell of its core (test_learner_first.py checks).
-TAUGHT_CALLS = [
-    r"class SavedActivations\(torch\.autograd\.graph\.saved_tensors_hooks\):",
-    r"super\(\)\.__init__\(self\.pack, ",
-    r"def kept_bytes\(model, optimizer, activations\):",
-    r"storage_bytes\(p\.grad for p in model\.parameters\(\)\)",
-    r"for values in optimizer\.state\.values\(\)",
-    r"def memory_of_step\(model, optimizer, inputs, labels\):",
-    r"memory_of_step\(model, adam, \*make_batch\(batch, ",
-    r"cuda\.reset_peak_memory_stats\(device\)",
-    r"cuda\.max_memory_allocated\(device\)",
-    r"torch\.cuda\.empty_cache\(\)",
-    r"torch\.cuda\.mem_get_info\(device\)",
-    r"except torch\.OutOfMemoryError as ",
-    r"cuda\.empty_cache\(\)  # and hand",
-    r"from torch\.utils\.checkpoint import checkpoint",
-    r"checkpoint\(self\.layer, x, use_reentrant=False\)",
-    r"optimizer\.zero_grad\(set_to_none=True\)",
-    r"torch\.autocast\(inputs\.device\.type, dtype=dtype, enabled=dtype is not None\)",
-    r"\(loss \* len\(part_labels\) / len\(labels\)\)\.backward\(\)",
-]
-
 
 def tiny_model(seed=0):
     torch.manual_seed(seed)

@@ -34,22 +34,6 @@ from notebook_code import cell_source, load_helpers, notebook_path, read, run_ce
 
 STAND_IN_TRITON = types.SimpleNamespace(jit=lambda function: function, constexpr=int)
 
-# What the core teaches, each in a visible code cell (tests/test_learner_first.py checks it): a kernel
-# with @triton.jit, its program id, its block of positions, masked loads and stores, the launch of a
-# kernel on a grid, one program per row with a reduction, and the code torch.compile writes.
-TAUGHT_CALLS = [
-    r"@triton\.jit\ndef \w+_kernel\(",
-    r"tl\.program_id\(0\)",
-    r"tl\.arange\(0, BLOCK\)",
-    r"tl\.load\([^\n]*mask=mask",
-    r"tl\.store\([^\n]*mask=mask",
-    r"\w+_kernel\[grid\]\(",
-    r"softmax_kernel\[\(rows,\)\]\(",
-    r"tl\.max\(x, axis=0\)",
-    r"torch\._logging\.set_logs\(output_code=True\)",
-    r"torch\.compile\(add_relu_double\)",
-]
-
 
 @pytest.fixture(scope="module")
 def nb():

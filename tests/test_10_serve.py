@@ -15,22 +15,6 @@ from torch import nn
 
 from notebook_code import load_helpers, run_cell
 
-# The calls notebook 10 teaches, each in a visible code cell of its core (test_learner_first.py): the
-# switches and the warm-up of Step 1, the synchronized clock of Step 2, the batch sweep of Step 3, and
-# how Step 4 uses the batcher (built in Going deeper A).
-TAUGHT_CALLS = [
-    r"\.eval\(\)",
-    r"torch\.inference_mode\(\)",
-    r"torch\.no_grad",
-    r"\.cpu\(\)",
-    r"synchronize\(device\)",
-    r"time_it\(lambda: model\(batch\)",
-    r"DynamicBatcher\(model, device, max_batch_size=.*max_queue_delay_microseconds=",
-    r"\.submit\(",
-    r"\.result\(\)",
-    r"poisson_arrivals\(",
-]
-
 
 @pytest.fixture(scope="module")
 def nb():

@@ -25,8 +25,7 @@ A test CLAIMS a branch when it executes the side that a GPU, Mac, AMD or Windows
 on the CPU where PyTorch allows it or with stand-ins shaped like the real API:
     @pytest.mark.gpu_branch("05", "train_step: run.cuda_graphs")
 on the test function (one marker per branch; markers are read from the test files' source, so this file
-finds them however pytest is started), or an entry in CLAIMED_BY below naming the test. A branch that no
-test claims fails test_every_gpu_branch_is_executed_by_a_test, naming it; KNOWN_UNTESTED lists the ones
+finds them however pytest is started). A branch that no test claims fails test_every_gpu_branch_is_executed_by_a_test, naming it; KNOWN_UNTESTED lists the ones
 that are waiting for a test, each with a comment, and a stale entry there (claimed meanwhile, or gone
 from the notebook) fails too.
 """
@@ -154,20 +153,6 @@ def gpu_branches(paths=NOTEBOOKS):
 
 # --- Who executes each branch ----------------------------------------------------------------------------
 
-# Claims made here for tests in other files: (notebook, key): "tests/file.py::test_name". A marker
-# @pytest.mark.gpu_branch(notebook, key) on the test itself does the same and is easier to keep in step:
-# most tests carry theirs as markers; these entries wait for the same.
-CLAIMED_BY = {
-    # Notebook 04: the sentences for a GPU's numbers, and the GPU's larger product.
-    ("04", "describe_break_even: gpu_fit is None"): "tests/test_04_gpu_win.py::test_break_even_sentence",
-    ("04", "describe_cold_warm: device_type == 'cpu'"):
-        "tests/test_04_gpu_win.py::test_cold_warm_sentence_reads_the_numbers",
-    ("04", "describe_sync_demo: device_type == 'cpu'"):
-        "tests/test_04_gpu_win.py::test_sync_demo_reads_its_own_numbers",
-    ("04", "sync_demo_size: torch.device(device).type == 'cpu'"):
-        "tests/test_04_gpu_win.py::test_sync_demo_uses_a_large_product_on_a_gpu",
-}
-
 # Branches no test executes yet, each with why (or who will add the test). The list may only shrink,
 # and it is empty: every branch has its test, and a new one comes with its test. An entry that a test
 # now claims, or that is no longer in the notebooks, fails the test below.
@@ -194,10 +179,7 @@ def marker_claims(test_dir=REPO / "tests"):
 
 
 def all_claims():
-    claims = marker_claims()
-    for branch, test in CLAIMED_BY.items():
-        claims.setdefault(branch, []).append(test)
-    return claims
+    return marker_claims()
 
 
 def test_exists(node_id):

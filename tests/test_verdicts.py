@@ -15,7 +15,7 @@ from verdicts import SITUATIONS, VERDICTS, Verdict, is_offline, missing_verdicts
 def test_every_entry_names_a_code_cell_that_exists(place):
     notebook, cell_id = place
     cells = {cell.get("id"): cell for cell in read(notebook_path(notebook)).cells}
-    assert cell_id in cells, f"notebook {notebook} has no cell {cell_id!r} any more: update tests/verdicts.py"
+    assert cell_id in cells, f"notebook {notebook} has no cell {cell_id!r} any more: update its verdicts in notebooks/manifest.toml"
     assert cells[cell_id].cell_type == "code"
     for verdict in VERDICTS[place]:
         re.compile(verdict.pattern)
@@ -33,8 +33,8 @@ def test_the_text_of_nbval_outputs_and_of_a_notebook_model():
 
 def test_a_missing_verdict_is_reported_only_where_its_situation_holds(monkeypatch):
     monkeypatch.setitem(VERDICTS, ("09", "c1"), [
-        Verdict(r"^Plan: stand-in\.", "offline", "offline the stand-ins are announced"),
-        Verdict(r"^kept: True$", "always", "the weights survive the round trip"),
+        Verdict("c1", r"^Plan: stand-in\.", "offline", "offline the stand-ins are announced"),
+        Verdict("c1", r"^kept: True$", "always", "the weights survive the round trip"),
     ])
     printed = [{"output_type": "stream", "name": "stdout", "text": "Plan: search.\nkept: True\n"}]
     online = {**SITUATIONS, "offline": lambda: False}
@@ -62,7 +62,7 @@ def test_nbval_cells_are_checked_by_the_conftest_hook():
 
     source = __import__("inspect").getsource(IPyNbCell)
     assert "self.test_outputs = outs" in source and "self.cell = cell" in source
-    assert verdicts.describe_missing("05", "cell-65", [Verdict("x", "always", "a reason in words")], []) \
+    assert verdicts.describe_missing("05", "cell-65", [Verdict("cell-65", "x", "always", "a reason in words")], []) \
         .startswith("notebook 05, cell cell-65: a verdict")
 
 

@@ -11,7 +11,7 @@ Python 3.10, which the lock installs there), so a throwaway environment can impo
 """
 import functools
 import re
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 try:
@@ -21,7 +21,10 @@ except ModuleNotFoundError:  # Python 3.10
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "notebooks" / "manifest.toml"
-HARDWARE = ("Colab T4", "Kaggle T4 x2")  # what a class is taught on: one T4, or Kaggle's two
+HARDWARE = ("Colab T4", "Kaggle T4 x2")
+# Where a verdict must hold (tests/verdicts.py says how each is told) and where a promise is searched.
+SITUATIONS = ("always", "cpu", "gpu", "offline", "triton", "cpu_compiler")
+PLACES = ("title", "core", "notebook")  # what a class is taught on: one T4, or Kaggle's two
 EVERY_NOTEBOOK_CARRIES = ("install.py", "shared_setup.py")  # tools/shared_cells/ files in every notebook
 
 
@@ -30,6 +33,26 @@ class Allowed:
     """A pattern a rule lets through in one notebook, and why."""
     pattern: str
     why: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a cell must print in a situation: a regular expression searched (re.MULTILINE) in what the
+    cell printed or showed as text, and what it proves."""
+    cell: str
+    pattern: str
+    when: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Promise:
+    """Words a learner relies on: a regular expression searched in a place of the notebook (line breaks
+    read as spaces); present=False for a corrected claim that must not come back."""
+    pattern: str
+    where: str
+    why: str
+    present: bool = True
 
 
 @dataclass(frozen=True)
@@ -46,7 +69,8 @@ class Notebook:
     shared_cells: tuple = ()
     allowed_stderr: tuple = ()
     allowed_asserts: tuple = ()
-    extra: dict = field(default_factory=dict, compare=False)
+    verdicts: tuple = ()
+    promises: tuple = ()
 
     @property
     def path(self):
@@ -60,7 +84,15 @@ class Notebook:
 
 REQUIRED = [f.name for f in fields(Notebook) if f.default is MISSING and f.default_factory is MISSING
             and f.name != "number"]
-KNOWN = {f.name for f in fields(Notebook)} - {"number", "extra"}
+KNOWN = {f.name for f in fields(Notebook)} - {"number"}
+
+
+def _regex_problem(pattern):
+    try:
+        re.compile(pattern)
+    except re.error as error:
+        return f"{pattern!r} is no regular expression ({error})"
+    return None
 
 
 def entry_problems(number, entry):
@@ -81,12 +113,25 @@ def entry_problems(number, entry):
         problems.append(f'[notebooks."{number}"] hardware = {entry["hardware"]!r}: one of {HARDWARE}')
     if "test_seconds" in entry and set(entry["test_seconds"]) != {"notebook", "tests"}:
         problems.append(f'[notebooks."{number}"] test_seconds = {{notebook = N, tests = M}}')
-    for pattern in entry.get("taught_calls", []):
-        try:
-            re.compile(pattern)
-        except re.error as error:
-            problems.append(f'[notebooks."{number}"] taught_calls: {pattern!r} is no regular expression '
-                            f"({error})")
+    where = f'[notebooks."{number}"]'
+    problems += [f"{where} taught_calls: {problem}" for problem in map(_regex_problem,
+                 entry.get("taught_calls", [])) if problem]
+    for verdict in entry.get("verdicts", []):
+        if set(verdict) != {"cell", "pattern", "when", "why"}:
+            problems.append(f"{where} a verdict needs cell, pattern, when and why: {verdict}")
+        elif verdict["when"] not in SITUATIONS:
+            problems.append(f"{where} a verdict of {verdict['cell']} holds when = {verdict['when']!r}: "
+                            f"one of {SITUATIONS}")
+        elif _regex_problem(verdict["pattern"]):
+            problems.append(f"{where} a verdict of {verdict['cell']}: {_regex_problem(verdict['pattern'])}")
+    for promise in entry.get("promises", []):
+        if not {"pattern", "where", "why"} <= set(promise) <= {"pattern", "where", "why", "present"}:
+            problems.append(f"{where} a promise needs pattern, where and why (and may say present): "
+                            f"{promise}")
+        elif promise["where"] not in PLACES:
+            problems.append(f"{where} a promise is searched where = {promise['where']!r}: one of {PLACES}")
+        elif _regex_problem(promise["pattern"]):
+            problems.append(f"{where} a promise: {_regex_problem(promise['pattern'])}")
     return problems
 
 
@@ -108,6 +153,8 @@ def parse(text):
                                          for item in values.get("allowed_stderr", ()))
         values["allowed_asserts"] = tuple(Allowed(item["cell"], item["why"])
                                           for item in values.get("allowed_asserts", ()))
+        values["verdicts"] = tuple(Verdict(**item) for item in values.get("verdicts", ()))
+        values["promises"] = tuple(Promise(**item) for item in values.get("promises", ()))
         found[number] = Notebook(number=number, **values)
     return found
 
