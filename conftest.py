@@ -19,13 +19,14 @@ import pytest
 # test's JupyterLab and other child processes inherit it (06's and 08's launches set their own).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-# The tests' own modules (notebook_code, helper_coverage) live in tests/, which has no __init__.py.
+# What the tests share (tests/support/: notebook_code, verdicts, the JupyterLab page, ...) is the
+# package `support` in tests/, imported as support.<module>.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
 # What the tests share with the tools (tools/anatomy.py, tools/notebook_run.py, ...).
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
 # branch coverage of the notebooks' helpers, printed at the end; the notebooks run alone, their pages
 # checked in JupyterLab (tests/notebook_items.py)
-pytest_plugins = ["helper_coverage", "notebook_items"]
+pytest_plugins = ["support.helper_coverage", "support.notebook_items"]
 
 import manifest  # noqa: E402  (tools/manifest.py: the per-notebook facts)
 
@@ -48,8 +49,10 @@ def pytest_configure(config):
 # of one of them running the browser test alone at the end (pytest.ini turns off xdist's own
 # reordering, which puts files with the most tests first). A notebook's nbval run and its test files
 # take the seconds its manifest entry gives (test_seconds); the files that are no one notebook's, these.
-COLLECTION_SECONDS = {"tests/test_browser.py": 200, "tests/test_missing_packages.py": 55}
-NOTEBOOK_FILE = re.compile(r"^(?:notebooks/|tests/test_)(\d\d)_")
+COLLECTION_SECONDS = {"tests/collection/test_browser.py": 200,
+                      "tests/collection/test_missing_packages.py": 55,
+                      "tests/collection/test_broken_packages.py": 50}
+NOTEBOOK_FILE = re.compile(r"^(?:notebooks/|tests/notebooks/test_)(\d\d)_")
 
 
 def run_seconds(nodeid):
@@ -88,14 +91,14 @@ def pytest_runtest_call(item):
     result = yield
     outputs, cell = getattr(item, "test_outputs", None), getattr(item, "cell", None)
     if outputs is not None and cell is not None:  # an nbval cell (nbval.plugin.IPyNbCell)
-        from verdicts import (describe_missing, missing_verdicts, output_text, shows_something,
+        from support.verdicts import (describe_missing, missing_verdicts, printed_text, shows_something,
                               starter_and_answer_verdicts)
 
         notebook = item.path.name[:2]
         missing = missing_verdicts(notebook, cell.get("id"), outputs)
         if missing:
             raise AssertionError(describe_missing(notebook, cell.get("id"), missing, outputs))
-        wrong = starter_and_answer_verdicts(cell.get("id"), output_text(outputs))
+        wrong = starter_and_answer_verdicts(cell.get("id"), printed_text(outputs))
         if wrong:
             raise AssertionError(wrong)
         shown = shows_something(cell.get("source", ""), outputs)
@@ -111,7 +114,7 @@ def probe_the_check(item, cell, timeout=600):
     """Call an exercise's check from its starter's line again, in the notebook's kernel, with the
     learner's work replaced by a function that raises, returns None or a string, or by None and a
     string (tests/exercise_probes.py); fail unless every call says NOT YET RIGHT or NOT DONE YET."""
-    from exercise_probes import probe_code, probe_problems
+    from support.exercise_probes import probe_code, probe_problems
 
     kernel = item.parent.kernel
     message = kernel.execute_cell_input(probe_code(cell.get("source", "")), allow_stdin=False)
@@ -135,7 +138,7 @@ def probe_the_check(item, cell, timeout=600):
 
 def check_core_budget(path, cell_id, outputs):
     """Add up what the core's cells printed and showed; at its last code cell, fail on a broken rule."""
-    import notebook_code as nc
+    from support import notebook_code as nc
 
     notebook = nc.read(path)
     core_ids = [cell.get("id") for cell in nc.core_cells(notebook) if cell.cell_type == "code"]

@@ -1,0 +1,226 @@
+"""Read the notebooks as data, and load their small helper functions for unit tests.
+
+The notebooks cannot import code from this repository (each must run alone on Colab or
+Kaggle), so the helpers live inside them. `load_helpers` runs only the definitions of a
+notebook, never its work: import statements, function and class definitions, and
+UPPER_CASE constants whose value is a plain literal. `run_cell` runs one whole cell, its
+top-level work too, in a namespace a test fills with the helpers and stand-ins (a `device`,
+a stood-in torch.cuda): how a test executes a cell's GPU branch on a CPU.
+"""
+import ast
+import contextlib
+import io
+import os
+import re
+import sys
+import types
+from pathlib import Path
+
+import nbformat
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools"))  # tools/anatomy.py: the core and the class rule
+NOTEBOOK_DIR = REPO / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+SHARED_CELL_FIRST_LINE = "#@title Shared setup: "
+INSTALL_CELL_FIRST_LINE = "#@title Setup, part 1: "
+
+
+def read(path):
+    """The notebook at `path` as an nbformat node."""
+    return nbformat.read(str(path), as_version=4)
+
+
+def code_cells(notebook):
+    """The source text of every code cell."""
+    return [cell.source for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def notebook_path(prefix):
+    """The notebook whose file name starts with `prefix`, for example '02'."""
+    matches = [path for path in NOTEBOOKS if path.name.startswith(prefix)]
+    assert len(matches) == 1, f"expected one notebook starting with {prefix!r}, found {matches}"
+    return matches[0]
+
+
+def _is_literal_constant(node):
+    if not isinstance(node, ast.Assign):
+        return False
+    if not all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets):
+        return False
+    try:
+        ast.literal_eval(node.value)
+    except ValueError:
+        return False
+    return True
+
+
+def is_definition(node):
+    """True for what load_helpers keeps of a cell: imports, functions, classes, literal constants."""
+    keep = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return isinstance(node, keep) or _is_literal_constant(node)
+
+
+# load_helpers writes each notebook's definitions to a real file here (git ignores the folder), so
+# that coverage.py can attribute lines and branches to them and tracebacks show their code.
+HELPER_DIR = REPO / ".test-cache" / "notebook_helpers"
+_HEADER = "# ---- cell {index} of {name}, cell id {cell_id}: its lines 1-{lines} follow ----"
+
+
+def _statement_lines(node):
+    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    return range(start, node.end_lineno + 1)
+
+
+def _definitions_only(source):
+    """`source` with every top-level statement that is not a definition blanked out, line for
+    line, so that a line of the result is the same line of the cell."""
+    lines = source.splitlines()
+    kept, dropped = set(), set()
+    for node in ast.parse(source).body:
+        (kept if is_definition(node) else dropped).update(_statement_lines(node))
+    shared = kept & dropped
+    assert not shared, f"a definition shares line {min(shared)} with other work: {lines[min(shared) - 1]!r}"
+    return [("" if number in dropped else line) for number, line in enumerate(lines, start=1)]
+
+
+def helper_source(prefix):
+    """(text of the generated helper file of notebook `prefix`, its line map): each code cell's
+    definitions at their own line numbers below a header line; line_map[n - 1] is
+    (cell index in the notebook, cell id, line in the cell) for line n, or None for a header."""
+    path = notebook_path(prefix)
+    text, line_map = [], []
+    for index, cell in enumerate(read(path).cells):
+        if cell.cell_type != "code":
+            continue
+        lines = _definitions_only(cell.source)
+        text.append(_HEADER.format(index=index, name=path.name, cell_id=cell.get("id"), lines=len(lines)))
+        line_map.append(None)
+        text += lines
+        line_map += [(index, cell.get("id"), number) for number in range(1, len(lines) + 1)]
+    return "\n".join(text) + "\n", line_map
+
+
+def helper_file(prefix):
+    """Where load_helpers writes notebook `prefix`'s definitions: `.test-cache/notebook_helpers/05_....py`."""
+    return HELPER_DIR / f"{notebook_path(prefix).stem}.py"
+
+
+def _write_if_changed(path, text):
+    """Write `text` to `path` when the file is missing or differs; returns the path. Atomic:
+    parallel test workers write the same file."""
+    if not (path.is_file() and path.read_text() == text):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(text)
+        os.replace(temporary, path)
+    return path
+
+
+def write_helper_file(prefix):
+    """Write helper_file(prefix) when it is missing or out of date; returns its path."""
+    return _write_if_changed(helper_file(prefix), helper_source(prefix)[0])
+
+
+def load_helpers(prefix):
+    """Run the definitions (not the work) of notebook `prefix` and return them as a namespace.
+
+    They run from a generated file, helper_file(prefix), so that coverage.py measures them and a
+    traceback shows their lines; each line there is the same line of its cell (see helper_source).
+    """
+    path = write_helper_file(prefix)
+    namespace = {"__name__": f"notebook_{prefix}"}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    return types.SimpleNamespace(**namespace)
+
+
+def cell_source(prefix, cell_id):
+    """The source of the code cell `cell_id` of notebook `prefix` (cell ids are kept by every edit)."""
+    found = [cell.source for cell in read(notebook_path(prefix)).cells
+             if cell.cell_type == "code" and cell.get("id") == cell_id]
+    assert len(found) == 1, f"notebook {prefix} has {len(found)} code cells with the id {cell_id!r}"
+    return found[0]
+
+
+def cell_file(prefix, cell_id):
+    """Where run_cell writes a whole cell: `.test-cache/notebook_helpers/01_name.<cell id>.py`
+    (cell ids have no dots, so the part before the first dot names the notebook)."""
+    return HELPER_DIR / f"{notebook_path(prefix).stem}.{cell_id}.py"
+
+
+def run_cell(prefix, cell_id, namespace):
+    """Run the whole code cell `cell_id` of notebook `prefix`, its top-level work too, in
+    `namespace` (a dict: the notebook's helpers plus the stand-ins a test chooses, such as
+    `{**vars(nb), "device": torch.device("cuda")}`); returns what the cell printed.
+
+    Like load_helpers, it runs the cell from a generated file, cell_file(prefix, cell_id), whose
+    line n is line n of the cell, so that coverage.py measures the cell and a traceback shows it.
+    """
+    path = _write_if_changed(cell_file(prefix, cell_id), cell_source(prefix, cell_id) + "\n")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(path.read_text(), str(path), "exec"), namespace)
+    return printed.getvalue()
+
+
+class TorchWithAStandInGpu:
+    """`torch` for a cell run by run_cell on a CPU-only machine, except that torch.<factory>(...,
+    device=<a CUDA device>) returns stand_in(): the tensor a real GPU would give, which this PyTorch
+    cannot make. Everything else is torch itself."""
+
+    def __init__(self, factory, stand_in):
+        self._factory, self._stand_in = factory, stand_in
+
+    def __getattr__(self, name):
+        import torch
+
+        real = getattr(torch, name)
+        if name != self._factory:
+            return real
+
+        def make(*size, device=None, **kwargs):
+            if device is not None and torch.device(device).type == "cuda":
+                return self._stand_in()
+            return real(*size, device=device, **kwargs)
+        return make
+
+
+def notebook_location(path, line):
+    """'05_find_the_bottleneck.ipynb cell 20 (id cell-20) line 9' for a line of a generated file
+    (a notebook's helper file, or a cell file of run_cell)."""
+    prefix = Path(path).name[:2]
+    stem, _, cell_id = Path(path).stem.partition(".")
+    if cell_id:
+        index = next(index for index, cell in enumerate(read(notebook_path(prefix)).cells)
+                     if cell.get("id") == cell_id)
+        return f"{notebook_path(prefix).name} cell {index} (id {cell_id}) line {line}"
+    entry = helper_source(prefix)[1][line - 1]
+    if entry is None:
+        return f"{notebook_path(prefix).name}, a cell header"
+    index, cell_id, number = entry
+    return f"{notebook_path(prefix).name} cell {index} (id {cell_id}) line {number}"
+
+
+# ---- The core and the class rule: defined once, in tools/anatomy.py -------------------------------
+from anatomy import (PROSE_LINE_WORDS, SUMMARY_HEADING, budget_problems, class_rule_minutes,  # noqa: E402,F401
+                     core_cells, core_markdown, core_outputs, core_words, is_folded, output_text,
+                     printed_prose_words, rounded_up, tables_and_figures, visible_core_code_cells,
+                     visible_core_code_lines, workshop_t4, CORE_LIMIT_MINUTES)
+
+# The least T4 run time, in minutes, a title table may state for its core until a GPU record measures
+# it: each notebook's t4_run_minutes_at_least in notebooks/manifest.toml, with its reason.
+from manifest import notebooks as _manifest  # noqa: E402
+
+T4_RUN_MINUTES_AT_LEAST = {number: entry.t4_run_minutes_at_least for number, entry in _manifest().items()}
+
+
+def visible_core_code(notebook):
+    """The code a learner reads in the core: every visible (not folded) code cell before the Summary."""
+    return "\n".join(cell.source for cell in visible_core_code_cells(notebook))
+
+
+def missing_taught_calls(notebook, taught):
+    """The entries of `taught` (regular expressions, searched across lines) that no visible code cell
+    of the core matches: the calls a notebook teaches must be in view where the prose teaches them."""
+    code = visible_core_code(notebook)
+    return [pattern for pattern in taught if not re.search(pattern, code, re.S)]
