@@ -91,6 +91,29 @@ def anatomy_problems(notebook):
     return problems
 
 
+# ---- Exercises ------------------------------------------------------------------------------------
+
+# An exercise (CONTRIBUTING.md, "Exercises") is a markdown cell `exercise-<name>` opening with
+# "### Exercise N · ..." in the Exercises section, then three code cells: `exercise-<name>-check`
+# (folded: the check), `exercise-<name>-starter` (visible: what the learner edits, `...` marking the
+# part to write) and `exercise-<name>-answer` (folded, "#@title Answer ...").
+EXERCISE_HEADING = re.compile(r"^### Exercise (\d+) · \S")
+EXERCISE_PARTS = ("check", "starter", "answer")
+
+
+def exercises(notebook):
+    """{name: {"task": cell, "check": cell, "starter": cell, "answer": cell}} of the notebook's
+    exercises, in order; a part that is missing is None."""
+    cells = {cell.get("id"): cell for cell in notebook["cells"]}
+    found = {}
+    for cell in notebook["cells"]:
+        name = cell.get("id") or ""
+        if _kind(cell) == "markdown" and EXERCISE_HEADING.match(_source(cell)):
+            found[name.removeprefix("exercise-")] = {
+                "task": cell, **{part: cells.get(f"{name}-{part}") for part in EXERCISE_PARTS}}
+    return found
+
+
 # ---- The core -------------------------------------------------------------------------------------
 
 def summary_index(notebook):

@@ -22,26 +22,11 @@ import re
 import nbformat
 import pytest
 
-from support.notebook_code import NOTEBOOKS, REPO, is_folded, read
+from anatomy import EXERCISE_HEADING, exercises, is_folded
+from support.notebook_code import NOTEBOOKS, REPO, read
 from support.verdicts import starter_and_answer_verdicts
 
 NOTEBOOK_IDS = [path.name for path in NOTEBOOKS]
-EXERCISE_HEADING = re.compile(r"^### Exercise (\d+) · \S")
-
-
-def exercises(notebook):
-    """{name: {"task": cell, "check": cell, "starter": cell, "answer": cell}} of the notebook's
-    exercises, in order; a part that is missing is None."""
-    cells = {cell.get("id"): cell for cell in notebook.cells}
-    found = {}
-    for cell in notebook.cells:
-        name = cell.get("id", "")
-        if cell.cell_type == "markdown" and EXERCISE_HEADING.match(cell.source):
-            found[name.removeprefix("exercise-")] = {
-                "task": cell, **{part: cells.get(f"{name}-{part}") for part in ("check", "starter", "answer")}}
-    return found
-
-
 def assigned_names(source):
     """The names a cell's top-level code binds: assignments, functions, classes, imports, for targets."""
     names = set()
