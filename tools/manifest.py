@@ -22,7 +22,7 @@ except ModuleNotFoundError:  # Python 3.10
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "notebooks" / "manifest.toml"
 HARDWARE = ("Colab T4", "Kaggle T4 x2")
-# Where a verdict must hold (tests/verdicts.py says how each is told) and where a promise is searched.
+# Where a verdict must hold (tests/support/verdicts.py says how each is told) and where a promise is searched.
 SITUATIONS = ("always", "cpu", "gpu", "offline", "triton", "cpu_compiler")
 PLACES = ("title", "core", "notebook")  # what a class is taught on: one T4, or Kaggle's two
 EVERY_NOTEBOOK_CARRIES = ("install.py", "shared_setup.py")  # tools/shared_cells/ files in every notebook

@@ -6,7 +6,7 @@ fast mode (TUTORIAL_FAST=1, the size the tests use) or at full size, stopping at
 "Run All" does. The result holds the executed notebook (outputs and nbclient's timestamps), the whole
 run's seconds (kernel start included), the core's seconds (the code cells before the Summary heading,
 tools/anatomy.py) and the first error. tools/budget.py, tools/time_notebooks.py, tools/gpu_run.py and
-the tests that run a notebook whole (tests/test_missing_packages.py, tests/test_broken_packages.py)
+the tests that run a notebook whole (tests/collection/test_missing_packages.py, test_broken_packages.py)
 all use it.
 
 As a command, it runs a notebook in the Python that runs it, which is how the tests run a notebook in a

@@ -14,7 +14,7 @@ links work in a notebook uploaded alone.
     .venv/bin/python tools/sync_cells.py --check   # change nothing; list every copy that differs
 
 --check exits 1 when a copy differs, is missing or is there twice, and names the file to edit
-(tools/shared_cells/<file>, or GLOSSARY.md); tests/test_sync_cells.py runs it. Exit code 2: the
+(tools/shared_cells/<file>, or GLOSSARY.md); tests/tooling/test_sync_cells.py runs it. Exit code 2: the
 sources themselves are wrong (a file TITLES names is missing, or one it does not name is there).
 """
 import argparse

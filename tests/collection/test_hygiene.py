@@ -35,6 +35,35 @@ def test_valid_nbformat_with_python3_kernel(path):
     assert notebook.metadata["kernelspec"]["name"] == "python3"
 
 
+def round_trip_difference(text):
+    """Where `text` (a notebook file's text) differs from what nbformat writes of it, as 'line N: ...';
+    None when a read and a write through nbformat give it back byte for byte."""
+    written = nbformat.writes(nbformat.reads(text, as_version=4)) + "\n"
+    if written == text:
+        return None
+    for number, (mine, theirs) in enumerate(zip(text.split("\n"), written.split("\n")), start=1):
+        if mine != theirs:
+            return f"line {number} is {mine.strip()[:60]!r} where nbformat writes {theirs.strip()[:60]!r}"
+    return "the lengths differ"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
+def test_stored_exactly_as_nbformat_writes_it(path):
+    """Then an edit made in JupyterLab or through nbformat is a diff of the cells it changed only."""
+    difference = round_trip_difference(path.read_text(encoding="utf-8"))
+    assert difference is None, (f"{path.name} is not stored as nbformat writes it ({difference}): read it "
+                                f"and write it back with nbformat (tools/sync_cells.py does), and commit that")
+
+
+def test_a_reordered_key_or_another_indent_is_found():
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1", id="c")])
+    text = nbformat.writes(notebook) + "\n"
+    assert round_trip_difference(text) is None
+    assert round_trip_difference(text.replace('\n "cells"', '\n  "cells"')).startswith("line 2 is")
+    reordered = text.replace('"execution_count": null,\n   "id": "c",', '"id": "c",\n   "execution_count": null,')
+    assert reordered != text and round_trip_difference(reordered).startswith("line 5 is")
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
 def test_first_cell_has_title_what_you_learn_and_run_time_table(path):
     first = read(path).cells[0]

@@ -12,29 +12,32 @@ import pytest
 
 import manifest
 
+from anatomy import core_cells, is_folded
 from support.notebook_code import NOTEBOOKS, REPO, core_markdown, missing_taught_calls, read
 from support.shared_checks import MAX_LINE, code_lines_too_long, machine_bound_phrases
 
 NOTEBOOK_IDS = [path.name for path in NOTEBOOKS]
 
-# Visible code (code cells that are not folded #@title cells) is the lesson a learner reads: one limit
-# for the whole notebook and one for a cell, the same for every notebook. The core's share is also
-# counted by the class rule (test_anatomy.py).
-VISIBLE_LINES_LIMIT = 250  # non-blank lines in all visible code cells, Going deeper and exercises too
+# Visible code (code cells that are not folded #@title cells) is what a learner reads. Two limits, the
+# same for every notebook (CONTRIBUTING.md, "Limits", gives each its reason): the lesson's visible code,
+# title to Summary (the exercises' starters and Going deeper are not counted, so that a notebook can carry
+# four exercises), and one visible cell anywhere. The class rule counts the lesson's lines too.
+LESSON_LINES_LIMIT = 150  # non-blank lines in the visible code cells of the core: 15 minutes of reading
 VISIBLE_CELL_LIMIT = 25  # non-blank lines in one visible code cell: it fits the screen beside its prose
 
 
-def visible_code_cells(notebook):
-    """The non-blank lines of each visible code cell."""
-    return [[line for line in cell.source.splitlines() if line.strip()] for cell in notebook.cells
-            if cell.cell_type == "code" and not cell.source.startswith("#@title ")]
+def visible_code_cells(cells):
+    """The non-blank lines of each visible code cell among `cells`."""
+    return [[line for line in cell.source.splitlines() if line.strip()] for cell in cells
+            if cell.cell_type == "code" and not is_folded(cell)]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
 def test_code_lines_fit_the_screen(path):
     too_long = [line for cell in read(path).cells if cell.cell_type == "code"
                 for line in code_lines_too_long(cell.source)]
-    assert too_long == [], f"{len(too_long)} code lines over {MAX_LINE} characters, first: {too_long[0]!r}"
+    assert too_long == [], (f"{len(too_long)} code lines over {MAX_LINE} characters (CONTRIBUTING.md, "
+                            f"'Limits'): wrap the string or the argument list; first: {too_long[0]!r}")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
@@ -45,12 +48,45 @@ def test_prose_never_says_what_this_machine_printed(path):
             assert not found, f"{found} in: {cell.source[:100]!r}"
 
 
+def lesson_length_problems(notebook):
+    """What makes the lesson too long to read (CONTRIBUTING.md, "Limits"), each saying what to do."""
+    problems = []
+    lesson = sum(map(len, visible_code_cells(core_cells(notebook))))
+    if lesson > LESSON_LINES_LIMIT:
+        problems.append(f"the lesson (title to Summary) shows {lesson} lines of code, over "
+                        f"{LESSON_LINES_LIMIT}: fold plumbing into #@title cells, or move what the "
+                        f"story does not need below the Summary (Going deeper)")
+    for cell in notebook.cells:
+        lines = visible_code_cells([cell])
+        if lines and len(lines[0]) > VISIBLE_CELL_LIMIT:
+            problems.append(f"cell {cell.get('id')} shows {len(lines[0])} lines of code, over "
+                            f"{VISIBLE_CELL_LIMIT}: split it where the prose can say what each part does, "
+                            f"or fold its plumbing into a #@title cell")
+    return problems
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
 def test_the_lesson_is_short_and_the_plumbing_folded(path):
-    cells = visible_code_cells(read(path))
-    assert sum(map(len, cells)) <= VISIBLE_LINES_LIMIT, f"{sum(map(len, cells))} visible code lines"
-    longest = max(cells, key=len)
-    assert len(longest) <= VISIBLE_CELL_LIMIT, f"a visible cell of {len(longest)} lines: {longest[0]!r}"
+    assert lesson_length_problems(read(path)) == []
+
+
+def test_the_lesson_limit_counts_the_core_only_and_the_cell_limit_every_cell():
+    def notebook(core_lines, after_lines, cell_lines=1):
+        cells = [nbformat.v4.new_markdown_cell("# 99 · T")]
+        cells += [nbformat.v4.new_code_cell("\n".join(["x = 1"] * cell_lines), id=f"c{index}")
+                  for index in range(core_lines // cell_lines)]
+        cells += [nbformat.v4.new_code_cell("#@title Plumbing\n" + "y = 2\n" * 90, id="folded"),
+                  nbformat.v4.new_markdown_cell("## Summary")]
+        cells += [nbformat.v4.new_code_cell("z = 3", id=f"after{index}") for index in range(after_lines)]
+        return nbformat.v4.new_notebook(cells=cells)
+
+    assert lesson_length_problems(notebook(LESSON_LINES_LIMIT, 300)) == []
+    over = lesson_length_problems(notebook(LESSON_LINES_LIMIT + 1, 0))
+    assert len(over) == 1 and over[0].startswith(f"the lesson (title to Summary) shows {LESSON_LINES_LIMIT + 1}")
+    assert lesson_length_problems(notebook(VISIBLE_CELL_LIMIT, 0, VISIBLE_CELL_LIMIT)) == []
+    assert lesson_length_problems(notebook(VISIBLE_CELL_LIMIT + 1, 0, VISIBLE_CELL_LIMIT + 1)) == [
+        f"cell c0 shows {VISIBLE_CELL_LIMIT + 1} lines of code, over {VISIBLE_CELL_LIMIT}: split it where "
+        f"the prose can say what each part does, or fold its plumbing into a #@title cell"]
 
 
 RUN_TIME = re.compile(r"\b\d+(\.\d+)? ?(s|min|minutes?|seconds?)\b|not measured yet")
