@@ -20,6 +20,8 @@ The class rule (README states it; a test compares the two):
 counted over the core. Printed words are the lines of at least PROSE_LINE_WORDS words that the core's
 cells print as text (a fast-mode run); tables are outputs shown as HTML tables, figures are images.
 """
+import hashlib
+import json
 import math
 import re
 
@@ -89,6 +91,29 @@ def anatomy_problems(notebook):
     if found and found[-1][1] == "Words used here" and found[-1][0] != len(cells) - 1:
         problems.append("'## Words used here' is not the last cell")
     return problems
+
+
+# ---- The notebook's version -----------------------------------------------------------------------
+
+# A notebook uploaded alone cannot read its own file, so it carries its version: the shared setup cell's
+# line `NOTEBOOK_VERSION = "NN_words.ipynb@<16 hex digits>"`, which tools/sync_cells.py writes. The version
+# is a hash of the cells' types and sources, that line left out: outputs, ids and metadata are not part of
+# it, so a run, a stripped output or a Colab form's state does not change it.
+VERSION_LINE = re.compile(r"^NOTEBOOK_VERSION = .*$\n?", re.M)
+
+
+def notebook_version(notebook):
+    """The first 16 hex digits of sha256 over [[cell type, source], ...] of every cell, each code cell's
+    NOTEBOOK_VERSION line left out (RECORD_SPEC: the record's `notebooks_version`)."""
+    cells = [[_kind(cell), VERSION_LINE.sub("", _source(cell)) if _kind(cell) == "code" else _source(cell)]
+             for cell in notebook["cells"]]
+    text = json.dumps(cells, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def version_line(file_name, notebook):
+    """The shared setup cell's line that says which notebook this is and which version."""
+    return f'NOTEBOOK_VERSION = "{file_name}@{notebook_version(notebook)}"'
 
 
 # ---- Exercises ------------------------------------------------------------------------------------

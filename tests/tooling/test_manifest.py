@@ -74,3 +74,27 @@ def test_shared_cells_go_where_the_manifest_says():
     entries = manifest.parse(GOOD.replace("hardware =", 'shared_cells = ["nowhere.py"]\nhardware ='))
     with pytest.raises(ValueError, match="shared cells that tools/sync_cells.py's TITLES does not know: nowhere.py"):
         sync_cells.shared_from_manifest(entries)
+
+
+def test_a_notebooks_version_changes_with_its_sources_only():
+    import nbformat
+
+    from anatomy import notebook_version, version_line
+
+    def notebook(source, line='NOTEBOOK_VERSION = "x"'):
+        return nbformat.v4.new_notebook(cells=[
+            nbformat.v4.new_markdown_cell("# 99 · T"),
+            nbformat.v4.new_code_cell(f"import torch\n{line}\nprint(1)", id="setup"),
+            nbformat.v4.new_code_cell(source, id="c")])
+
+    base = notebook("x = 1")
+    assert len(notebook_version(base)) == 16
+    assert notebook_version(notebook("x = 2")) != notebook_version(base), "a source changed"
+    assert notebook_version(notebook("x = 1", 'NOTEBOOK_VERSION = "99_t.ipynb@abc"')) == \
+        notebook_version(base), "the version line is left out"
+    run = notebook("x = 1")
+    run.cells[2].outputs = [nbformat.v4.new_output("stream", text="1\n")]
+    run.cells[2].id, run.cells[2].execution_count = "other-id", 7
+    run.metadata["colab"] = {"gpuType": "T4"}
+    assert notebook_version(run) == notebook_version(base), "outputs, ids and metadata are left out"
+    assert version_line("99_t.ipynb", base) == f'NOTEBOOK_VERSION = "99_t.ipynb@{notebook_version(base)}"'
