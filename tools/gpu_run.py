@@ -565,9 +565,12 @@ def accept(path, folder=None, repo=None):
         target = first.with_name(f"{first.stem}-{number}.json")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(record_text(record))
+    clone = Path(REPO if repo is None else repo).resolve()
+    shown = target.resolve()
+    shown = shown.relative_to(clone) if shown.is_relative_to(clone) else shown
     lines = [f"checked: JSON; records/gpu/schema.json (version {SCHEMA_VERSION}, source "
              f"{record['source']})", *(f"checked: {line}" for line in checked),
-             f"accepted: filed as {target.name} in {folder}"]
+             f"accepted: filed as {shown}"]
     return 0, lines
 
 

@@ -432,7 +432,7 @@ def test_a_notebook_record_is_accepted_filed_and_rendered_into_readme_and_the_ti
     assert ("checked: 1 GB/s and FLOP/s figures within Tesla T4's datasheet peaks (+10 %)"
             in lines), "the CPU's GFLOP/s is not held against the GPU's peak"
     filed = throwaway / "records" / "gpu" / "2026-11-25_tesla-t4_notebook.json"
-    assert lines[-1] == f"accepted: filed as {filed.name} in {filed.parent}"
+    assert lines[-1] == f"accepted: filed as records/gpu/{filed.name}"
     assert json.loads(filed.read_text()) == record
     done = run_in(throwaway, "--accept", str(sent))
     assert (done.returncode, done.stdout.strip()) == (
