@@ -135,7 +135,7 @@ def test_machine_facts_from_pytorch_and_nvidia_smi():
 
 
 def test_the_hosted_service_is_kaggle_first_then_colab_else_other():
-    # Kaggle's image is built on Colab's and sets COLAB_RELEASE_TAG too (RESEARCH45)
+    # Kaggle's image is built on Colab's and sets COLAB_RELEASE_TAG too
     kaggle = {"KAGGLE_KERNEL_RUN_TYPE": "Interactive", "COLAB_RELEASE_TAG": "x"}
     assert gpu_run.hosted_service({}, kaggle) == "Kaggle"
     assert gpu_run.hosted_service({"google.colab": object()}, {}) == "Colab"
@@ -319,7 +319,7 @@ def version_in(folder, name):
 
 def notebook_record(name=NB04, version=None, gpu=T4, count=1, core_s=120.0,
                     made_at="2026-11-25T12:00:00+00:00", figures=None, folder=REPO, **entry):
-    """A record as the record cell at the end of a notebook's core makes it (RECORD_SPEC's shape):
+    """A record as the record cell at the end of a notebook's core makes it (the schema's shape):
     a stand-in, NOT a measurement."""
     record = {
         "schema_version": 2, "source": "notebook", "made_at": made_at,
