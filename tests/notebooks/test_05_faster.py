@@ -323,67 +323,7 @@ def test_fastai_on_linux_keeps_workers_and_on_a_mac_drops_them_even_outside_a_no
     assert nb.fastai_num_workers(4, "win32", in_notebook=True)[0] == 0
 
 
-# --- torch.compile: the compilers and the backend ---------------------------------------------------
-
-def fake_which(found):
-    """A shutil.which stand-in that knows only the programs in `found`."""
-    return lambda name: f"/usr/bin/{name}" if name in found else None
-
-
-@pytest.mark.parametrize("platform_name, compiler", [("linux", "g++"), ("win32", "cl"), ("darwin", "clang++")])
-def test_find_cpp_compiler_looks_for_what_inductor_calls_on_each_system(platform_name, compiler):
-    assert nb.find_cpp_compiler(platform_name, {}, fake_which({compiler})) == f"/usr/bin/{compiler}"
-    assert nb.find_cpp_compiler(platform_name, {}, fake_which(set())) is None
-
-
-def test_the_cxx_environment_variable_names_the_compiler():
-    assert nb.find_cpp_compiler("linux", {"CXX": "clang++"}, fake_which({"clang++"})) == "/usr/bin/clang++"
-    assert nb.find_cpp_compiler("linux", {"CXX": "clang++"}, fake_which({"g++"})) is None
-
-
-def test_find_c_compiler_looks_where_triton_looks():
-    # triton/runtime/build.py: $CC, else gcc, else clang
-    assert nb.find_c_compiler({}, fake_which({"gcc", "clang"})) == "/usr/bin/gcc"
-    assert nb.find_c_compiler({}, fake_which({"clang"})) == "/usr/bin/clang"
-    assert nb.find_c_compiler({}, fake_which({"g++", "clang++"})) is None  # C++ alone is not it
-    assert nb.find_c_compiler({"CC": "cc"}, fake_which({"cc", "gcc"})) == "/usr/bin/cc"
-    assert nb.find_c_compiler({"CC": "missing-cc"}, fake_which({"gcc"})) is None
-
-
-@pytest.mark.gpu_branch("05", "choose_compile_backend: device_type == 'cuda'")
-@pytest.mark.gpu_branch("05", "choose_compile_backend: device_type == 'cuda' and has_triton and c_compiler")
-@pytest.mark.parametrize("has_triton", [False, True])
-@pytest.mark.parametrize("c_compiler", [None, "/usr/bin/gcc"])
-@pytest.mark.parametrize("cpp_compiler", [None, "/usr/bin/g++"])
-def test_a_cuda_gpu_gets_inductor_exactly_with_triton_and_a_c_compiler(has_triton, c_compiler, cpp_compiler):
-    backend, why = nb.choose_compile_backend("cuda", cpp_compiler, c_compiler, has_triton)
-    assert backend == ("inductor" if has_triton and c_compiler else "aot_eager")
-    if not has_triton:
-        assert "Triton" in why and "triton-windows" in why
-    if not c_compiler:
-        assert "C compiler" in why
-
-
-def test_cuda_with_triton_but_without_a_compiler_falls_back():
-    # On such a machine torch.compile with Inductor fails at its first call
-    backend, why = nb.choose_compile_backend("cuda", None, None, has_triton=True)
-    assert backend == "aot_eager" and "C compiler" in why and "Triton" not in why.split("missing")[0]
-
-
-@pytest.mark.gpu_branch("05", "choose_compile_backend: device_type == 'cpu'")
-@pytest.mark.gpu_branch("05", "choose_compile_backend: device_type == 'cpu' and cpp_compiler")
-@pytest.mark.parametrize("has_triton", [False, True])
-@pytest.mark.parametrize("c_compiler", [None, "/usr/bin/gcc"])
-def test_a_cpu_gets_inductor_exactly_with_a_cpp_compiler(has_triton, c_compiler):
-    backend, why = nb.choose_compile_backend("cpu", "/usr/bin/g++", c_compiler, has_triton)
-    assert backend == "inductor" and "g++" in why
-    backend, why = nb.choose_compile_backend("cpu", None, c_compiler, has_triton)
-    assert backend == "aot_eager" and "compiler" in why and "speed-up" in why
-
-
-@pytest.mark.parametrize("device_type", ["mps", "xpu"])
-def test_other_accelerators_use_the_backend_that_runs_everywhere(device_type):
-    assert nb.choose_compile_backend(device_type, "/usr/bin/clang++", "/usr/bin/clang", True)[0] == "aot_eager"
+# --- torch.compile: CUDA graphs (the compilers and the backend: tests/shared_cells/) ------------
 
 
 @pytest.mark.gpu_branch("05", "cuda_graphs_need: device_type == 'cuda' and backend == 'inductor'")
@@ -392,21 +332,6 @@ def test_cuda_graphs_need_a_cuda_gpu_with_inductor():
     assert nb.cuda_graphs_need("cuda", "aot_eager")
     assert nb.cuda_graphs_need("cpu", "inductor")
     assert nb.cuda_graphs_need("mps", "inductor")
-
-
-def test_without_a_compiler_the_fallback_backend_really_compiles_and_trains(monkeypatch):
-    monkeypatch.setenv("CXX", "no-such-compiler-anywhere")
-    compiler = nb.find_cpp_compiler()
-    assert compiler is None
-    backend, _ = nb.choose_compile_backend("cpu", compiler, None, has_triton=False)
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    compiled = torch.compile(model, backend=backend)
-    inputs = torch.randn(5, 4)
-    loss = nn.functional.cross_entropy(compiled(inputs), torch.tensor([0, 1, 0, 1, 1]))
-    loss.backward()
-    assert torch.allclose(compiled(inputs), model(inputs))
-    assert all(parameter.grad is not None for parameter in model.parameters())
 
 
 # --- the fused optimizer's devices --------------------------------------------------------
@@ -636,16 +561,6 @@ def test_more_data_variants_split_the_cores_only_when_there_are_two_or_more(work
 
 # --- timing in interleaved rounds, and the verdicts ---------------------------------------------------
 
-def test_every_round_times_every_variant_once_starting_one_further_along():
-    calls = []
-    timers = {name: (lambda name=name: calls.append(name) or len(calls)) for name in "abc"}
-    seconds = nb.interleaved_rounds(timers, range(4))
-    rounds = [calls[i:i + 3] for i in range(0, 12, 3)]
-    assert all(sorted(one) == ["a", "b", "c"] for one in rounds)
-    assert [one[0] for one in rounds] == ["a", "b", "c", "a"]  # no variant always runs right after another
-    assert {name: len(times) for name, times in seconds.items()} == {"a": 4, "b": 4, "c": 4}
-    assert seconds["b"][0] == 2 and seconds["a"][1] == 6  # each value where its call put it
-
 
 def test_round_plan_uses_every_step_of_a_run():
     for steps, rounds, warmup in [(60, 3, 2), (61, 3, 2), (100, 5, 6), (600, 5, 2)]:
@@ -690,11 +605,6 @@ def test_speed_ups_are_paired_by_round_and_counted_per_picture():
     ratios = nb.round_speedups([2.0, 4.0], 4, [1.0, 1.0], 4)
     assert ratios == [2.0, 4.0]
     assert nb.round_speedups([1.0], 4, [2.0], 32) == [4.0]  # a step twice as long with 8 times the pictures
-
-
-def test_spread_of_the_rounds():
-    assert nb.spread_pct([1.0, 1.0, 1.0]) == 0
-    assert nb.spread_pct([1.0, 2.0, 3.0]) == 100
 
 
 def test_equal_times_are_about_the_same():

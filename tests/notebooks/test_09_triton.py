@@ -631,15 +631,6 @@ def test_inductor_plan_for_each_device(nb):
     assert nb.inductor_plan("mps", "/usr/bin/clang++", False)[0] is False
 
 
-def test_find_cpp_compiler_follows_cxx_and_the_platform(nb):
-    seen = []
-    nb.find_cpp_compiler("linux", {}, lambda name: seen.append(name))
-    nb.find_cpp_compiler("darwin", {}, lambda name: seen.append(name))
-    nb.find_cpp_compiler("win32", {}, lambda name: seen.append(name))
-    nb.find_cpp_compiler("linux", {"CXX": "clang++-19"}, lambda name: seen.append(name))
-    assert seen == ["g++", "clang++", "cl", "clang++-19"]
-
-
 PREFIX = ("V1123 19:42:28.446000 16573 /venv/lib/python3.11/site-packages/torch/_inductor/"
           "codecache.py:2145] [0/0] [__output_code] ")
 

@@ -90,16 +90,6 @@ def test_step_2_sends_untimed_warm_up_requests_before_the_timed_ones(nb):
     assert torch.equal(namespace["alone"], torch.arange(30.0).reshape(30, 1))
 
 
-def test_interleaved_rounds_rotate_the_order_and_spread_is_relative_to_the_median(nb):
-    calls = []
-    timers = {name: (lambda name=name: calls.append(name) or len(calls)) for name in "abc"}
-    seconds = nb.interleaved_rounds(timers, 3)
-    assert calls == list("abc" "bca" "cab")
-    assert seconds == {"a": [1, 6, 8], "b": [2, 4, 9], "c": [3, 5, 7]}
-    assert nb.spread_pct([1.0, 2.0, 3.0]) == 100.0
-    assert nb.spread_pct([1.0, 1.0, 4.0]) == 300.0, "relative to the median, not the mean"
-
-
 def test_time_mode_times_calls_of_the_model_it_is_given_under_the_mode_it_is_given(nb):
     seen = []
     model = lambda batch: seen.append((len(batch), torch.is_inference_mode_enabled()))  # noqa: E731
@@ -615,30 +605,6 @@ def test_measure_capacity_times_one_at_a_time_with_every_request_waiting(nb):
 
 
 # --- Going deeper B: backends, tolerances, the check and the timing table -----------------------------
-
-def test_the_compilers_are_found_as_inductor_and_triton_call_them(nb):
-    which = {"g++": "/usr/bin/g++", "clang++": "/x/clang++", "cl": "C:/cl", "gcc": "/usr/bin/gcc",
-             "clang": "/x/clang", "my-cxx": "/opt/my-cxx", "my-cc": "/opt/my-cc"}.get
-    assert nb.find_cpp_compiler("linux", {}, which) == "/usr/bin/g++"
-    assert nb.find_cpp_compiler("darwin", {}, which) == "/x/clang++"
-    assert nb.find_cpp_compiler("win32", {}, which) == "C:/cl"
-    assert nb.find_cpp_compiler("linux", {"CXX": "my-cxx"}, which) == "/opt/my-cxx"
-    assert nb.find_c_compiler({"CC": "my-cc"}, which) == "/opt/my-cc"
-    assert nb.find_c_compiler({}, which) == "/usr/bin/gcc"
-    assert nb.find_c_compiler({}, {"clang": "/x/clang"}.get) == "/x/clang"
-
-
-@pytest.mark.gpu_branch("10", "choose_compile_backend: device_type == 'cpu'")
-@pytest.mark.gpu_branch("10", "choose_compile_backend: device_type == 'cuda' and has_triton and c_compiler")
-@pytest.mark.gpu_branch("10", "choose_compile_backend: device_type == 'cuda'")
-def test_choose_compile_backend_takes_inductor_only_where_its_compilers_exist(nb):
-    assert nb.choose_compile_backend("cpu", "/usr/bin/g++", None, False)[0] == "inductor"
-    assert nb.choose_compile_backend("cpu", None, "/usr/bin/gcc", True)[0] == "aot_eager"
-    assert nb.choose_compile_backend("cuda", None, "/usr/bin/gcc", True)[0] == "inductor"
-    assert nb.choose_compile_backend("cuda", "g++", None, True) == (
-        "aot_eager", "Triton or a C compiler is missing (Windows: triton-windows)")
-    assert nb.choose_compile_backend("cuda", "g++", "gcc", False)[0] == "aot_eager"
-    assert nb.choose_compile_backend("mps", "g++", "gcc", True)[0] == "aot_eager"
 
 
 @pytest.mark.gpu_branch("10", "float32_kind: device.type != 'cuda'")
