@@ -645,9 +645,9 @@ def test_agreement_checks_the_stated_tolerance_on_both_sides_and_counts_the_top_
     assert nb.agreement("x", reference, flipped, torch.float32).endswith("top-1 agrees on 1 of 2 pictures.")
 
 
-def test_speed_table_pairs_the_rounds_with_the_baseline(nb):
+def test_speedup_table_pairs_the_rounds_with_the_baseline(nb):
     seconds = {"base": [2.0, 4.0, 3.0], "fast": [1.0, 1.0, 1.5]}
-    table = nb.speed_table(seconds, "base", batch_size=10)
+    table = nb.speedup_table(seconds, "base", batch_size=10)
     assert table.loc["fast", "speedup_x"] == 2.0
     assert (table.loc["fast", "slowest_round_x"], table.loc["fast", "fastest_round_x"]) == (2.0, 4.0)
     assert table.loc["base", "ms_per_batch"] == 3000.0 and table.loc["base", "images_per_s"] == 3.33
