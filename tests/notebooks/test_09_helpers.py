@@ -243,6 +243,9 @@ def test_block_problem_at_its_boundaries(nb, blocks, allowed):
 
 # --- Step 3: the datasheet's peaks, the speed table and the figures it gives ----------------------
 
+# Step 3 reads the datasheet table 01 carries too (tools/shared_cells/datasheet.py); its rows are tested in
+# tests/notebooks/test_01_check_gpu.py. Here: the copy gives Step 3 one peak per model, memory and form
+# factor.
 @pytest.mark.parametrize("name, peaks", [
     ("Tesla T4", (320, 8.1)), ("NVIDIA A100-SXM4-40GB", (1555, 19.5)),
     ("NVIDIA A100-SXM4-80GB", (2039, 19.5)), ("NVIDIA A100 80GB PCIe", (1935, 19.5)),
@@ -320,6 +323,9 @@ def as_log(code):
     return "\n".join(PREFIX + line for line in textwrap.dedent(code).strip("\n").splitlines())
 
 
+# Shaped as torch/_inductor/codegen/triton.py writes a kernel into the wrapper (async_compile.triton
+# with the name, the source between ''' and ''', then device_str), and codegen/cpp.py a C++ one
+# (async_compile.cpp_pybinding with the argument types and r''').
 TRITON_LOG = as_log('''
     Output code:
     from torch._inductor.async_compile import AsyncCompile
