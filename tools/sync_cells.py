@@ -56,6 +56,8 @@ TITLES = {
     "datasheet.py": ("#@title The datasheet table: ", ()),
     "process_plumbing.py": ("#@title Plumbing: run programs with a time limit", ()),
     "torchrun_helpers.py": ("#@title Shared torchrun helpers: ", ()),
+    "compile_helpers.py": ("#@title Shared compile helpers: ", ()),
+    "rounds.py": ("#@title Shared timing rounds: ", ()),
 }
 
 

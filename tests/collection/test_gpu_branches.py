@@ -18,8 +18,9 @@ Each such condition is a branch with a stable KEY, "<where>: <condition>":
 - a second identical condition in the same place gets " (2)", and so on.
 So a key survives edits elsewhere in the notebook, moving the function to another cell, and reformatting;
 it changes when the condition or the function's name changes, and then the test names the new key.
-The install cell and the shared setup cell are the same in every notebook: their branches are listed once,
-under the notebook name "shared" (tests/test_shared_setup.py tests notebook 01's copy).
+The install cell, the shared setup cell and the shared cells in COUNTED_ONCE are the same in every notebook
+that carries them (tools/sync_cells.py writes them): their branches are listed once, under the notebook name
+"shared", and claimed by the tests of their file in tests/shared_cells/.
 
 A test CLAIMS a branch when it executes the side that a GPU, Mac, AMD or Windows machine takes, for real
 on the CPU where PyTorch allows it or with stand-ins shaped like the real API:
@@ -36,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from support.notebook_code import INSTALL_CELL_FIRST_LINE, NOTEBOOKS, REPO, SHARED_CELL_FIRST_LINE, read
+import sync_cells
+from support.notebook_code import NOTEBOOKS, REPO, read
 
 # A condition is a GPU branch when it compares something with one of these words ...
 GPU_WORDS = {"cuda", "mps", "xpu", "cpu",  # device types (ROCm's AMD GPUs are "cuda" too)
@@ -136,18 +138,31 @@ def number_repeats(branches):
     return numbered
 
 
+# The tools/shared_cells/ files whose branches are listed once, under "shared". The other shared cells
+# (datasheet.py, process_plumbing.py, torchrun_helpers.py) are still listed under each notebook that
+# carries them, where tests/notebooks/test_06_ddp.py and test_08_memory.py claim them.
+COUNTED_ONCE = ("install.py", "shared_setup.py", "compile_helpers.py", "rounds.py")
+
+
+def counted_once_titles():
+    """The first lines (their start) of the copies of the shared cells in COUNTED_ONCE."""
+    return tuple(title for file, (title, _) in sync_cells.TITLES.items() if file in COUNTED_ONCE)
+
+
 def gpu_branches(paths=NOTEBOOKS):
     """{(notebook, key): Branch} for every GPU, Mac, AMD or Windows branch of the notebooks at `paths`."""
-    branches, shared_done = [], False
+    branches, seen = [], set()
+    titles = counted_once_titles()
     for path in paths:
         for index, cell in enumerate(read(path).cells):
             if cell.cell_type != "code":
                 continue
-            shared = cell.source.startswith((INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE))
-            if shared and shared_done:
-                continue  # the same cell as in the first notebook (test_hygiene.py checks that)
-            branches += cell_branches("shared" if shared else path.name[:2], index, cell)
-        shared_done = True
+            title = next((title for title in titles if cell.source.startswith(title)), None)
+            if title is not None and title in seen:
+                continue  # the same cell as in an earlier notebook (tools/sync_cells.py --check says so)
+            if title is not None:
+                seen.add(title)
+            branches += cell_branches("shared" if title else path.name[:2], index, cell)
     return {(branch.notebook, branch.key): branch for branch in number_repeats(branches)}
 
 
@@ -335,6 +350,10 @@ def test_the_shared_cells_are_listed_once():
     branches = gpu_branches()
     assert ("shared", "synchronize: device.type == 'mps'") in branches
     assert not any(key.startswith("synchronize:") for notebook, key in branches if notebook != "shared")
+    # a shared cell that only some notebooks carry (05, 09, 10) is listed once too
+    assert ("shared", "choose_compile_backend: device_type == 'cuda'") in branches
+    assert not any(key.startswith("choose_compile_backend:") for notebook, key in branches
+                   if notebook != "shared")
 
 
 def test_unclaimed_stale_and_wrong_entries_are_found():

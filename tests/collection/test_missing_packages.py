@@ -94,8 +94,8 @@ def test_notebook_03_without_fastai_stops_with_the_plain_message(run_without):
 
 def test_notebook_09_without_triton_plans_to_show_the_kernels(run_without):
     # Through the plan only: the cells after it read TRITON_MODE, the stand-in `triton` and `tl`, and
-    # known_problem, which are then as where Triton cannot be imported (test_09_triton.py runs that to
-    # the end), so running them again checks nothing new.
+    # known_problem, which are then as where Triton cannot be imported (test_09_broken_triton.py runs
+    # that to the end), so running them again checks nothing new.
     cells = run_without("triton", "09", through="plan", then="print(TRITON_MODE, type(triton).__name__, "
                                                             "type(tl).__name__, known_problem)")
     assert errors(cells) == []

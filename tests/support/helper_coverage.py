@@ -24,8 +24,10 @@ from pathlib import Path
 import pytest
 
 from support import notebook_code
-from support.notebook_code import (HELPER_DIR, INSTALL_CELL_FIRST_LINE, NOTEBOOKS, REPO, SHARED_CELL_FIRST_LINE,
-                           helper_source, notebook_path, read, write_helper_file)
+from support.notebook_code import (HELPER_DIR, NOTEBOOKS, REPO, helper_source, notebook_path, read,
+                                   write_helper_file)
+
+import sync_cells  # tools/, on the path notebook_code sets
 
 COVERAGE_DIR = REPO / ".test-cache" / "coverage"
 DATA_FILE = COVERAGE_DIR / "helpers"  # the last run's combined data, for `coverage report -m`
@@ -163,19 +165,23 @@ class Figures:
         return [name for _, name in sorted(shares)]
 
 
+SHARED_ROW = "shared cells (tools/shared_cells/, each counted once)"
+
+
 def shared_lines(prefix):
-    """The lines of notebook `prefix`'s generated file that come from the install and shared setup
-    cells, the two cells copied into every notebook."""
+    """The lines of notebook `prefix`'s generated file that come from a shared cell's copy (the install
+    and shared setup cells, in every notebook, and the others tools/sync_cells.py writes)."""
     text, line_map = helper_source(prefix)
     cells = read(notebook_path(prefix)).cells
-    copied = {index for index, cell in enumerate(cells) if cell.cell_type == "code"
-              and cell.source.startswith((INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE))}
+    titles = tuple(title for title, _ in sync_cells.TITLES.values())
+    copied = {index for index, cell in enumerate(cells)
+              if cell.cell_type == "code" and cell.source.startswith(titles)}
     return {number for number, entry in enumerate(line_map, start=1) if entry and entry[0] in copied}
 
 
 def summary(files):
     """{row name: Figures} from coverage.py's JSON report of the generated files: one row per
-    notebook, and one for the cells every notebook copies, counted once. A notebook's row holds its
+    notebook, and one for the shared cells' copies, each counted once. A notebook's row holds its
     helper file and the files of the whole cells tests ran with run_cell (`01_name.<cell id>.py`),
     whose top-level code is named "cell <cell id>"."""
     rows, copied = {}, Figures()
@@ -186,7 +192,7 @@ def summary(files):
         top_level = f"cell {cell_id}" if cell_id else "(top level)"
         for name, region in data["functions"].items():
             (copied if region["start_line"] in copied_lines else row).add(name or top_level, region)
-    rows["install and shared setup cells (in every notebook)"] = copied
+    rows[SHARED_ROW] = copied
     return rows
 
 

@@ -4,7 +4,7 @@ import inspect
 
 import pytest
 
-from support.helper_coverage import Figures, report_lines, summary
+from support.helper_coverage import SHARED_ROW, Figures, report_lines, summary
 from support.notebook_code import helper_file, load_helpers
 
 
@@ -63,7 +63,7 @@ def test_the_shared_cells_get_a_row_of_their_own():
         "": region(1, 5, 0, [1, 2, 3, 4, 5], []),
     }}}
     rows = summary(files)
-    own, shared = rows[helper_file("01").stem], rows["install and shared setup cells (in every notebook)"]
+    own, shared = rows[helper_file("01").stem], rows[SHARED_ROW]
     assert set(own.functions) == {"arch_supported", "(top level)"}
     assert set(shared.functions) == {"synchronize"}
     assert own.totals() == (7, 15, 0, 8)
@@ -102,7 +102,7 @@ def test_the_cells_tests_run_whole_count_in_their_notebooks_row():
         "arch_supported": region(40, 10, 8, [41, 42], []),
     }}}
     rows = summary(files)
-    assert set(rows) == {helper_file("01").stem, "install and shared setup cells (in every notebook)"}
+    assert set(rows) == {helper_file("01").stem, SHARED_ROW}
     own = rows[helper_file("01").stem]
     assert set(own.functions) == {"arch_supported", "cell cell-07"}
     assert own.totals() == (2 + 3, 10 + 6, 0 + 1, 8 + 4)
