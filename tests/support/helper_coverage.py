@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from support import notebook_code
-from support.notebook_code import (HELPER_DIR, INSTALL_CELL_FIRST_LINE, NOTEBOOKS, REPO, SHARED_CELL_FIRST_LINE,
-                           helper_source, notebook_path, read, write_helper_file)
+from support.notebook_code import (HELPER_DIR, NOTEBOOKS, REPO, helper_source, notebook_path, read,
+                                   shared_copy_of, write_helper_file)
 
 COVERAGE_DIR = REPO / ".test-cache" / "coverage"
 DATA_FILE = COVERAGE_DIR / "helpers"  # the last run's combined data, for `coverage report -m`
@@ -106,10 +106,11 @@ def pytest_configure_node(node):
 
 
 def runs_helpers(item):
-    """True for a test whose module imports load_helpers or run_cell: only those can run a notebook's
-    code. The others (nbval's cells, the browser test, ...) run without the tracer, which costs time."""
+    """True for a test whose module imports load_helpers, load_shared or run_cell: only those can run a
+    notebook's code. The others (nbval's cells, the browser test, ...) run without the tracer, which
+    costs time."""
     module = getattr(item, "module", None)
-    return hasattr(module, "load_helpers") or hasattr(module, "run_cell")
+    return any(hasattr(module, name) for name in ("load_helpers", "load_shared", "run_cell"))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -132,7 +133,7 @@ def pytest_sessionfinish(session):
 
 class Figures:
     """Lines and branches run of some functions; a function copied into several notebooks (the
-    install and shared setup cells) counts once, with what any copy ran."""
+    shared cells of tools/shared_cells/) counts once, with what any copy ran."""
 
     def __init__(self):
         self.functions = {}  # name: [statements, branches, lines run, branches taken], relative lines
@@ -163,19 +164,22 @@ class Figures:
         return [name for _, name in sorted(shares)]
 
 
+SHARED_ROW = "shared cells (tools/shared_cells/, each copy counted once)"
+
+
 def shared_lines(prefix):
-    """The lines of notebook `prefix`'s generated file that come from the install and shared setup
-    cells, the two cells copied into every notebook."""
+    """The lines of notebook `prefix`'s generated file that come from a shared cell's copy (the install
+    and shared setup cells in every notebook, the datasheet, the plumbing, ...): tools/shared_cells/
+    holds their one source, and tests/shared_cells/ tests one copy of each."""
     text, line_map = helper_source(prefix)
     cells = read(notebook_path(prefix)).cells
-    copied = {index for index, cell in enumerate(cells) if cell.cell_type == "code"
-              and cell.source.startswith((INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE))}
+    copied = {index for index, cell in enumerate(cells) if shared_copy_of(cell)}
     return {number for number, entry in enumerate(line_map, start=1) if entry and entry[0] in copied}
 
 
 def summary(files):
     """{row name: Figures} from coverage.py's JSON report of the generated files: one row per
-    notebook, and one for the cells every notebook copies, counted once. A notebook's row holds its
+    notebook, and one for the shared cells' copies, each function counted once. A notebook's row holds its
     helper file and the files of the whole cells tests ran with run_cell (`01_name.<cell id>.py`),
     whose top-level code is named "cell <cell id>"."""
     rows, copied = {}, Figures()
@@ -186,7 +190,7 @@ def summary(files):
         top_level = f"cell {cell_id}" if cell_id else "(top level)"
         for name, region in data["functions"].items():
             (copied if region["start_line"] in copied_lines else row).add(name or top_level, region)
-    rows["install and shared setup cells (in every notebook)"] = copied
+    rows[SHARED_ROW] = copied
     return rows
 
 
