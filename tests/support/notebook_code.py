@@ -154,12 +154,36 @@ def shared_copy_of(cell):
     return shared_cell_files().get(cell.source.split("\n", 1)[0])
 
 
-def shared_cell_carrier(file):
-    """The first notebook, by number, that carries a copy of tools/shared_cells/<file>
+def shared_cell_carriers(file):
+    """The numbers of the notebooks that carry a copy of tools/shared_cells/<file>, in order
     (notebooks/manifest.toml: install.py and shared_setup.py go to every notebook)."""
     carriers = [number for number, entry in sorted(_manifest().items()) if file in entry.carries]
     assert carriers, f"no notebook carries tools/shared_cells/{file} (notebooks/manifest.toml)"
-    return carriers[0]
+    return carriers
+
+
+def shared_cell_carrier(file):
+    """The first notebook, by number, that carries a copy of tools/shared_cells/<file>."""
+    return shared_cell_carriers(file)[0]
+
+
+def shared_cell_use(number, file):
+    """(the functions notebook `number`'s copy of tools/shared_cells/<file> defines, the ones the
+    notebook uses): named in another code cell, or by a function of the copy that is used."""
+    cells = [cell for cell in read(notebook_path(number)).cells if cell.cell_type == "code"]
+    [copy] = [cell for cell in cells if shared_copy_of(cell) == file]
+    defined = {node.name: node for node in ast.parse(copy.source).body if isinstance(node, ast.FunctionDef)}
+
+    def names(tree):
+        return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} & set(defined)
+
+    used = set().union(*(names(ast.parse(cell.source)) for cell in cells if cell is not copy))
+    todo = list(used)
+    while todo:
+        for name in names(defined[todo.pop()]) - used:
+            used.add(name)
+            todo.append(name)
+    return set(defined), used
 
 
 def shared_names(file):
