@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from support.notebook_code import (INSTALL_CELL_FIRST_LINE, SHARED_CELL_FIRST_LINE, TorchWithAStandInGpu,
-                           core_cells, load_helpers, notebook_path, read, run_cell)
+                           core_cells, is_folded, load_helpers, notebook_path, read, run_cell)
 
 CPU, META = torch.device("cpu"), torch.device("meta")
 
@@ -197,13 +197,6 @@ class StandInCudaTensor:
     __radd__ = __add__
 
 
-@pytest.mark.gpu_branch("02", "not_the_cpu: device.type == 'cpu'")
-@pytest.mark.parametrize("device, other", [("cpu", "meta"), ("cuda", "cuda"), ("cuda:1", "cuda:1"),
-                                           ("mps", "mps"), ("xpu", "xpu")])
-def test_not_the_cpu_is_the_gpu_itself_and_meta_only_without_one(nb, device, other):
-    assert nb.not_the_cpu(torch.device(device)) == torch.device(other)
-
-
 def test_on_a_cuda_gpu_the_mismatch_and_numpy_cells_raise_the_real_errors(nb):
     namespace = {**vars(nb), "device": torch.device("cuda", 0),
                  "torch": TorchWithAStandInGpu("ones", StandInCudaTensor)}
@@ -247,16 +240,16 @@ def test_the_thrown_away_move_runs_on_a_mac_whose_gpu_has_no_float64(nb, monkeyp
 def test_the_core_mixes_devices_through_not_the_cpu_only():
     """No visible cell of the core names `meta` itself: on a GPU every error shown is the real one."""
     for cell in core_cells(read(notebook_path("02"))):
-        if cell.cell_type == "code" and not cell.source.startswith("#@title"):
+        if cell.cell_type == "code" and not is_folded(cell):
             assert not re.search(r'(device=|\.to\()\s*"meta"', cell.source), cell.get("id")
 
 
 # --- every table a learner reads is rounded --------------------------------------------------
 
-def test_readable_rounds_every_float_column_and_leaves_the_rest(nb):
+def test_rounded_columns_rounds_every_float_column_and_leaves_the_rest(nb):
     table = pd.DataFrame({"run": ["a", "b"], "ms": [37.500000001, 2.2512345], "count": [3, 4],
                           "loss": [0.0123456, 1.3862944], "fitted": [True, False]})
-    shown = nb.readable(table)
+    shown = nb.rounded_columns(table)
     assert shown["ms"].tolist() == [37.5, 2.25]
     assert shown["loss"].tolist() == [0.0123, 1.3863]
     assert shown["run"].tolist() == ["a", "b"] and shown["count"].tolist() == [3, 4]
@@ -265,11 +258,11 @@ def test_readable_rounds_every_float_column_and_leaves_the_rest(nb):
     assert "37.500000" not in shown.to_string()
 
 
-def test_readable_copes_with_zeros_huge_and_tiny_values(nb):
-    shown = nb.readable(pd.DataFrame({"a": [0.0, 0.0], "b": [0.0, 123456.789]}))
+def test_rounded_columns_copes_with_zeros_huge_and_tiny_values(nb):
+    shown = nb.rounded_columns(pd.DataFrame({"a": [0.0, 0.0], "b": [0.0, 123456.789]}))
     assert shown["a"].tolist() == [0.0, 0.0]
     assert shown["b"].tolist() == [0.0, 123457.0]
-    shown = nb.readable(pd.DataFrame({"tiny": [0.0000123, 1.0], "big": [123456.7, 7.5]}))
+    shown = nb.rounded_columns(pd.DataFrame({"tiny": [0.0000123, 1.0], "big": [123456.7, 7.5]}))
     assert shown["tiny"].tolist() == [0.0, 1.0]  # 4 decimals at most
     assert shown["big"].tolist() == [123456.7, 7.5]  # the smallest, 7.5, asks for 2 decimals
 
@@ -284,7 +277,7 @@ def _displayed(statement):
     return statement.value
 
 
-def test_every_table_the_notebook_shows_goes_through_readable():
+def test_every_table_the_notebook_shows_goes_through_rounded_columns():
     shown = 0
     for cell in read(notebook_path("02")).cells:
         if cell.cell_type != "code" or cell.source.startswith((SHARED_CELL_FIRST_LINE,
@@ -297,8 +290,8 @@ def test_every_table_the_notebook_shows_goes_through_readable():
         for result in filter(None, results):
             if cell.get("id", "").startswith("exercise-"):
                 continue  # an exercise's cell shows its check's Feedback
-            assert isinstance(result, ast.Call) and ast.unparse(result.func) == "readable", (
-                f"cell {cell.get('id')} shows {ast.unparse(result)!r} without rounding it through readable()")
+            assert isinstance(result, ast.Call) and ast.unparse(result.func) == "rounded_columns", (
+                f"cell {cell.get('id')} shows {ast.unparse(result)!r} without rounding it through rounded_columns()")
             shown += 1
     assert shown > 0
 
@@ -885,7 +878,7 @@ def test_the_exercise_starters_say_not_done_yet_and_the_answers_pass(nb):
     for check, starter, answer, *given in [
             (nb.check_to_device, nb.to_device, nb.to_device_answer),
             (nb.check_start_state, nb.start_state, nb.start_state_answer),
-            (nb.check_accuracy, nb.accuracy, nb.accuracy_answer, nb.new_cnn(CPU))]:
+            (nb.check_accuracy_on_device, nb.accuracy_on_device, nb.accuracy_on_device_answer, nb.new_cnn(CPU))]:
         assert check(starter, *given, CPU).startswith("NOT DONE YET")
         assert check(answer, *given, CPU).startswith("PASSED")
 
@@ -1018,7 +1011,7 @@ def test_exercise_3_batches_that_are_never_moved(nb):
             seen += len(labels)
         return right.item() / seen
 
-    assert nb.check_accuracy(never_moves, nb.new_cnn(CPU), CPU) == (
+    assert nb.check_accuracy_on_device(never_moves, nb.new_cnn(CPU), CPU) == (
         "NOT YET RIGHT: with device meta, the batches reached the model on cpu: move every batch with "
         ".to(device), and keep the result.")
 
@@ -1029,8 +1022,8 @@ def test_exercise_3_batches_that_are_never_moved(nb):
             seen += len(labels)
         return right / seen
 
-    assert nb.check_accuracy(a_tensor, nb.new_cnn(CPU), CPU) == (
-        "NOT YET RIGHT: accuracy returned a tensor on cpu: read the number with .item().")
+    assert nb.check_accuracy_on_device(a_tensor, nb.new_cnn(CPU), CPU) == (
+        "NOT YET RIGHT: accuracy_on_device returned a tensor on cpu: read the number with .item().")
 
     def counts_batches_not_samples(model, batches, device):
         right, seen = torch.zeros((), device=device), 0
@@ -1039,8 +1032,8 @@ def test_exercise_3_batches_that_are_never_moved(nb):
             seen += 1
         return right.item() / seen
 
-    assert nb.check_accuracy(counts_batches_not_samples, nb.new_cnn(CPU), CPU).startswith(
-        "NOT YET RIGHT: on 160 images, accuracy says")
+    assert nb.check_accuracy_on_device(counts_batches_not_samples, nb.new_cnn(CPU), CPU).startswith(
+        "NOT YET RIGHT: on 160 images, accuracy_on_device says")
 
 
 @pytest.mark.exercise("02", "start-state")
@@ -1059,8 +1052,8 @@ def test_exercise_2_a_state_that_is_no_tensor_is_told_so(nb):
 
 @pytest.mark.exercise("02", "accuracy")
 def test_exercise_3_each_other_mistake_gets_its_message(nb):
-    assert nb.check_accuracy(lambda model, batches, device: 0.25, nb.new_cnn(CPU), CPU) == (
-        "NOT YET RIGHT: accuracy never called the model on a batch.")
+    assert nb.check_accuracy_on_device(lambda model, batches, device: 0.25, nb.new_cnn(CPU), CPU) == (
+        "NOT YET RIGHT: accuracy_on_device never called the model on a batch.")
 
     def counts(model, batches, device):
         right = torch.zeros((), device=device)
@@ -1068,14 +1061,14 @@ def test_exercise_3_each_other_mistake_gets_its_message(nb):
             right += (model(inputs.to(device)).argmax(dim=1) == labels.to(device)).sum()
         return int(right.item())
 
-    said = nb.check_accuracy(counts, nb.new_cnn(CPU), CPU)
-    shown = said.split("accuracy returned ")[1].rsplit(", not a float", 1)[0]  # the count, and "(a int)"
+    said = nb.check_accuracy_on_device(counts, nb.new_cnn(CPU), CPU)
+    shown = said.split("accuracy_on_device returned ")[1].rsplit(", not a float", 1)[0]  # the count, and "(a int)"
     assert shown.split(" ")[0].isdigit() and "int" in shown
-    assert said == f"NOT YET RIGHT: accuracy returned {shown}, not a float between 0 and 1.", said
+    assert said == f"NOT YET RIGHT: accuracy_on_device returned {shown}, not a float between 0 and 1.", said
 
     def raises_on_the_model(model, batches, device):
         for inputs, labels in batches:
             model(inputs.to(device)).argmax(dim=2)
 
-    said = nb.check_accuracy(raises_on_the_model, nb.new_cnn(CPU), CPU)
+    said = nb.check_accuracy_on_device(raises_on_the_model, nb.new_cnn(CPU), CPU)
     assert said.startswith("NOT YET RIGHT: your raises_on_the_model raised "), said

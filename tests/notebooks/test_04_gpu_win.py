@@ -197,7 +197,7 @@ def test_time_training_runs_on_the_cpu_and_gives_plausible_numbers():
     row = nb.time_training(2, CPU, nb.normalize(points), labels, epochs=2, batch_size=50)
     assert row["depth"] == 2 and row["params"] == expected_parameters(2) and row["epochs"] == 2
     assert row["epoch_s"] > 0 and row["s_per_100_epochs"] == pytest.approx(100 * row["epoch_s"])
-    assert 0 < nb.launch_overhead_seconds(CPU, calls=20) < 0.01
+    assert 0 < nb.bare_operation_seconds(CPU, calls=20) < 0.01
     assert nb.flop_per_second(CPU, size=64) > 1e6
 
 
@@ -461,7 +461,7 @@ def test_accuracy_counts_the_points_classified_right():
         model.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
         model.bias.zero_()
     inputs = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 1.0], [0.0, 3.0]])
-    assert nb.accuracy(model, inputs, torch.tensor([0, 1, 1, 1])) == 0.75
+    assert nb.training_accuracy(model, inputs, torch.tensor([0, 1, 1, 1])) == 0.75
 
 
 @pytest.mark.parametrize("accuracy, learned", [(51.0, True), (50.9, False)])
@@ -729,11 +729,11 @@ def test_readable_rounds_floats_to_three_significant_digits():
     table = pd.DataFrame({"name": ["a", "b", "c"], "params": [22, 70, 11_201_190],
                           "dead_pct": [37.50000059604645, 0.0, math.nan],
                           "spread": [0.27203512, 0.000105861, 12345.678]})
-    shown = nb.readable(table)
+    shown = nb.rounded_values(table)
     assert shown.dead_pct.tolist()[:2] == [37.5, 0.0] and math.isnan(shown.dead_pct.iloc[2])
     assert shown.spread.tolist() == [0.272, 0.000106, 12300.0]
     assert shown.params.tolist() == [22, 70, 11_201_190] and shown.name.tolist() == ["a", "b", "c"]
-    assert nb.readable(pd.DataFrame({10: [1.23456], 100: [0.5]}))[10].tolist() == [1.23]  # pivot columns
+    assert nb.rounded_values(pd.DataFrame({10: [1.23456], 100: [0.5]}))[10].tolist() == [1.23]  # pivot columns
 
 
 # --- the GPU branches of the helpers, run on the CPU with stand-ins shaped like the real torch API ----

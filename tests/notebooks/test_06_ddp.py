@@ -34,17 +34,6 @@ from torch.nn.parallel import DistributedDataParallel
 from support.notebook_code import cell_source, code_cells, core_cells, load_helpers, notebook_path, read, run_cell
 
 nb = load_helpers("06")
-# Notebooks 06 and 08 carry the same two shared cells, written from tools/shared_cells/ by
-# tools/sync_cells.py: process_plumbing.py (running programs, reading their output) and
-# torchrun_helpers.py (the plan, torchrun's command line, the RESULT lines). The tests taking the
-# fixture `plumbing` run on both copies.
-PLUMBING = {"06": nb, "08": load_helpers("08")}
-
-
-@pytest.fixture(params=sorted(PLUMBING))
-def plumbing(request):
-    """The helpers of notebook 06, then of notebook 08."""
-    return PLUMBING[request.param]
 
 
 def write_the_script(folder):
@@ -56,7 +45,6 @@ def write_the_script(folder):
 
 with tempfile.TemporaryDirectory() as _folder:
     SCRIPT_TEXT = write_the_script(_folder)["script_text"]  # the script as the notebook writes it
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
 def function_source(name):
@@ -80,7 +68,7 @@ def test_the_script_is_valid_python_that_runs_main_under_record_and_leaves_last(
 # The cells that define the script's functions, and the function names each defines.
 SCRIPT_CELLS = {"script-options": ["parse_args"],
                 "script-ddp": ["start_process_group", "wrap_in_ddp", "leave_process_group"],
-                "script-plain": ["choose_device", "make_disc_data", "make_model", "train_step",
+                "script-plain": ["choose_device", "make_disc_data", "make_disc_model", "train_on_batch",
                                  "accuracy_of", "checksum", "time_steps"],
                 "script-main": ["main"], "script-speed": ["measure_speed"]}
 
@@ -222,26 +210,6 @@ def test_choose_device_at_its_edges():
         choose(False, 2, 2)  # one process more than GPUs: NCCL would refuse a shared GPU
 
 
-class RecordingPath:
-    """Shaped like pathlib.Path.write_text(data, encoding=None, errors=None, newline=None)."""
-
-    def __init__(self):
-        self.calls = []
-
-    def write_text(self, data, encoding=None, errors=None, newline=None):
-        self.calls.append({"data": data, "encoding": encoding})
-        return len(data)
-
-
-def test_write_script_writes_the_parts_in_order_in_utf_8(plumbing, tmp_path):
-    path = plumbing.write_script(tmp_path / "train.py", ["a = 1\n", 's = "x² + y² = 2/π"\n'])
-    assert path.read_bytes() == 'a = 1\ns = "x² + y² = 2/π"\n'.encode("utf-8")
-    # UTF-8 whatever the system's own encoding (Windows' is often cp1252, which lacks some letters)
-    recorder = RecordingPath()
-    assert plumbing.write_script(recorder, ["a", "b"]) is recorder
-    assert recorder.calls == [{"data": "ab", "encoding": "utf-8"}]
-
-
 def test_the_written_script_parses_its_options(tmp_path):
     script = nb.write_script(tmp_path / "06_train_ddp.py", [SCRIPT_TEXT])
     help_text = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
@@ -257,43 +225,6 @@ def test_step_3_writes_shows_and_reads_back_the_script_in_utf_8(tmp_path):
     assert namespace["script_text"] == on_disk and "x² + y² = 2/π" in on_disk
 
 
-# torchrun's command line
-
-
-def test_a_one_machine_command_is_accepted_by_torchrun(plumbing, tmp_path):
-    command = plumbing.torchrun_command(tmp_path / "s.py", 2, script_args=["--epochs", 3],
-                                        log_dir=tmp_path)
-    assert command[:3] == TORCHRUN
-    args = torch.distributed.run.parse_args(command[3:])
-    assert args.standalone and args.nproc_per_node == "2"
-    assert args.log_dir == str(tmp_path) and args.tee == "3"
-    assert args.training_script == str(tmp_path / "s.py") and args.training_script_args == ["--epochs", "3"]
-
-
-def test_a_two_node_command_uses_a_c10d_rendezvous(plumbing, tmp_path):
-    command = plumbing.torchrun_command("s.py", 1, nnodes=2, endpoint="127.0.0.1:12345", run_id="job",
-                                        rdzv_conf="is_host=1")
-    args = torch.distributed.run.parse_args(command[3:])
-    assert not args.standalone
-    assert (args.nnodes, args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id, args.rdzv_conf) == (
-        "2", "c10d", "127.0.0.1:12345", "job", "is_host=1")
-    assert "--tee=3" not in command  # no log folder asked for
-
-
-def test_one_node_with_an_endpoint_meets_at_it_instead_of_standalone(plumbing):
-    command = plumbing.torchrun_command("s.py", 2, nnodes=1, endpoint="127.0.0.1:29400")
-    args = torch.distributed.run.parse_args(command[3:])
-    assert not args.standalone and args.rdzv_endpoint == "127.0.0.1:29400" and args.nnodes == "1"
-    assert args.rdzv_conf == ""  # no --rdzv-conf unless asked
-
-
-def test_the_exit_barrier_option_is_passed_only_when_asked(plumbing):
-    assert not any("exit-barrier" in part for part in plumbing.torchrun_command("s.py", 2))
-    command = plumbing.torchrun_command("s.py", 1, nnodes=2, endpoint="h:1", exit_barrier_timeout_s=30)
-    assert "--exit-barrier-timeout=30" in command
-    assert command[-1] == "s.py"  # launcher options come before the script
-
-
 def test_supports_option_reads_a_help_text():
     help_text = "options:\n  --log-dir LOG_DIR, --log_dir LOG_DIR\n  --tee TEE\n  --standalone\n"
     assert nb.supports_option(help_text, "--log-dir") and nb.supports_option(help_text, "--standalone")
@@ -303,53 +234,24 @@ def test_supports_option_reads_a_help_text():
     assert nb.supports_option(real_help, "--standalone") and nb.supports_option(real_help, "--tee")
 
 
-@pytest.mark.gpu_branch("06", "torchrun_plan: accelerator == 'mps'")
-@pytest.mark.gpu_branch("06", "torchrun_plan: gpu_count == 1")
-@pytest.mark.gpu_branch("06", "torchrun_plan: gpu_count >= 2")
-@pytest.mark.parametrize("gpus, cores, expected_nproc, backend, cpu_flag", [
-    (0, 2, 2, "gloo", False), (1, 8, 2, "gloo", True), (2, 8, 2, "nccl", False), (4, 2, 4, "nccl", False)])
-def test_launch_plan_one_process_per_gpu_or_two_on_the_cpu(gpus, cores, expected_nproc, backend, cpu_flag):
-    plan = nb.launch_plan(gpus, cores)
-    assert (plan["nproc"], plan["backend"], "--cpu" in plan["script_args"]) == (expected_nproc, backend, cpu_flag)
-    assert plan["threads"] >= 1 and plan["threads"] * plan["nproc"] <= max(cores, plan["nproc"])
-
-
-def test_launch_plan_says_what_runs_on_0_1_and_2_gpus_and_why():
-    none, one, two = (nb.launch_plan(gpus, 8)["why"] for gpus in (0, 1, 2))
+def test_ddp_launch_plan_says_what_runs_on_0_1_and_2_gpus_and_why():
+    none, one, two = (nb.ddp_launch_plan(gpus, 8)["why"] for gpus in (0, 1, 2))
     assert none.startswith("No CUDA GPU") and "gloo" in none
     # One GPU (Colab's T4): what runs (the CPU over gloo), and how to get two GPUs on Kaggle.
     assert "on the CPU over gloo" in one and "Settings > Accelerator > GPU T4 x2" in one
     assert two.startswith("2 CUDA GPUs: one process per GPU") and "NCCL" in two
-    assert "MPS" in nb.launch_plan(0, 8, "mps")["why"] and "MPS" not in none
-    assert "MPS" not in nb.launch_plan(1, 8, "mps")["why"]  # a CUDA GPU comes first
+    assert "MPS" in nb.ddp_launch_plan(0, 8, "mps")["why"] and "MPS" not in none
+    assert "MPS" not in nb.ddp_launch_plan(1, 8, "mps")["why"]  # a CUDA GPU comes first
 
 
-@pytest.mark.gpu_branch("06", "torchrun_plan: os_name == 'nt'")
-@pytest.mark.parametrize("gpus", [0, 1, 2])
-def test_on_windows_the_launch_plan_warns_that_torchrun_lacks_libuv(gpus):
-    windows, linux = nb.launch_plan(gpus, 8, os_name="nt"), nb.launch_plan(gpus, 8, os_name="posix")
-    assert windows["why"] == linux["why"] + nb.WINDOWS_TORCHRUN
-    assert "use_libuv was requested" in windows["why"] and "WSL" in windows["why"]
-    assert {k: v for k, v in windows.items() if k != "why"} == {k: v for k, v in linux.items() if k != "why"}
-
-
-@pytest.mark.parametrize("gpus, cores, threads", [
-    (0, 1, 1), (0, 2, 1), (0, 3, 1), (0, 4, 2), (1, 4, 2),  # the CPU: half the cores each, at least 1
-    (2, 1, 1), (2, 2, 1), (2, 3, 1), (2, 4, 2), (4, 8, 2)])  # GPUs: the cores shared out, at least 1
-def test_launch_plan_threads_at_their_edges(gpus, cores, threads):
-    assert nb.launch_plan(gpus, cores)["threads"] == threads
-
-
-def test_launch_env_sets_threads_and_keeps_the_rest(monkeypatch):
-    monkeypatch.setenv("SOMETHING_ELSE", "kept")
-    env = nb.launch_env(3)
-    assert env["OMP_NUM_THREADS"] == "3" and env["PYTHONUNBUFFERED"] == "1" and env["SOMETHING_ELSE"] == "kept"
-
-
-def test_free_port_can_be_bound():
-    port = nb.free_port()
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", port))
+def test_ddp_launch_plan_is_the_shared_plan_in_its_own_words():
+    # one decision (tools/shared_cells/torchrun_helpers.py's torchrun_plan, tested there); 06's words
+    for gpus, accelerator in [(0, "cpu"), (0, "mps"), (1, "cuda"), (2, "cuda")]:
+        plan = nb.ddp_launch_plan(gpus, 8, accelerator, os_name="posix")
+        shared = nb.torchrun_plan(gpus, 8, accelerator, "posix", one_gpu_why="", mps_why="")
+        assert {k: v for k, v in plan.items() if k != "why"} == {k: v for k, v in shared.items() if k != "why"}
+    assert "DDP needs a GPU per process" in nb.ddp_launch_plan(1, 8)["why"]
+    assert nb.ddp_launch_plan(0, 8, "mps")["why"].startswith("Apple's MPS has no DDP backend")
 
 
 # Reading what the processes print and write
@@ -360,11 +262,9 @@ def result_line(rank, checksum, **extra):
                                               "accuracy": 0.9, "checksum": checksum, **extra})
 
 
-def test_parse_results_reads_result_lines_in_rank_order(plumbing):
-    output = [(1, result_line(1, "abc")), (0, "epoch 1/2: loss 0.5"), (0, result_line(0, "abc")),
-              (0, "RESULT not json at all")]
-    results = plumbing.parse_results(output)
-    assert [(r["rank"], r["node"]) for r in results] == [(0, 0), (1, 1)]
+def test_processes_that_report_one_checksum_hold_identical_weights():
+    # the RESULT lines themselves are read by parse_results (tests/shared_cells/test_torchrun_helpers.py)
+    results = nb.parse_results([(1, result_line(1, "abc")), (0, result_line(0, "abc"))])
     assert nb.checksums_agree(results)
     assert "identical" in nb.describe_checksums(results, "With DDP")
 
@@ -391,10 +291,10 @@ def test_the_checksums_after_no_sync_are_read_and_a_run_without_them_reported_no
 
 def test_a_loaded_checkpoint_is_compared_with_rank_0s_checksum(tmp_path):
     namespace = {}
-    exec("import hashlib\nfrom torch import nn\n" + function_source("make_model") + "\n"
+    exec("import hashlib\nfrom torch import nn\n" + function_source("make_disc_model") + "\n"
          + function_source("checksum"), namespace)
     torch.manual_seed(0)
-    model = namespace["make_model"](4)
+    model = namespace["make_disc_model"](4)
     reported = [{"rank": 0, "checksum": namespace["checksum"](model)}, {"rank": 1, "checksum": "x"}]
     torch.save(model.state_dict(), tmp_path / "weights.pt")  # what the script's rank 0 does
     state = torch.load(tmp_path / "weights.pt", map_location="cpu", weights_only=True)
@@ -477,60 +377,6 @@ def test_key_error_lines_finds_each_exception_once():
         "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with exit code 1"]
 
 
-PLUMBING_TITLE = "#@title Plumbing: run programs with a time limit"
-TORCHRUN_TITLE = "#@title Shared torchrun helpers: "
-
-
-def plumbing_names(number, title=PLUMBING_TITLE):
-    """(the functions notebook `number`'s copy of the shared cell starting with `title` defines, the
-    ones the notebook uses): named in another code cell, or by a function of the cell that is used."""
-    cells = code_cells(read(notebook_path(number)))
-    [index] = [i for i, source in enumerate(cells) if source.startswith(title)]
-    defined = {node.name: node for node in ast.parse(cells[index]).body
-               if isinstance(node, ast.FunctionDef)}
-
-    def names(tree):
-        return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} & set(defined)
-
-    used = set().union(*(names(ast.parse(source)) for i, source in enumerate(cells) if i != index))
-    todo = list(used)
-    while todo:
-        for name in names(defined[todo.pop()]) - used:
-            used.add(name)
-            todo.append(name)
-    return set(defined), used
-
-
-@pytest.mark.parametrize("number", ["06", "08"])
-def test_the_shared_plumbing_holds_exactly_what_each_notebook_uses(number):
-    defined, used = plumbing_names(number)
-    assert defined - used == set(), f"notebook {number} never uses these plumbing functions"
-    assert "write_script" in used and "key_error_lines" not in defined  # 06's alone: beside its caller
-
-
-@pytest.mark.parametrize("number", ["06", "08"])
-def test_the_shared_torchrun_helpers_hold_exactly_what_each_notebook_uses(number):
-    defined, used = plumbing_names(number, TORCHRUN_TITLE)
-    assert defined - used == set(), f"notebook {number} never uses these torchrun helpers"
-    assert "torchrun_plan" in used and "supports_option" not in defined  # 06's alone: in its own cell
-
-
-def test_each_notebook_gives_the_shared_plan_its_own_reasons():
-    # one decision (tools/shared_cells/torchrun_helpers.py), each notebook's words for one GPU and MPS
-    eight = PLUMBING["08"]
-    for gpus, accelerator in [(0, "cpu"), (0, "mps"), (1, "cuda"), (2, "cuda")]:
-        ddp, fsdp = nb.launch_plan(gpus, 8, accelerator), eight.launch_plan(gpus, 8, accelerator)
-        assert {k: v for k, v in ddp.items() if k != "why"} == {k: v for k, v in fsdp.items() if k != "why"}
-        assert (ddp["why"] == fsdp["why"]) is (accelerator == "cpu" or gpus >= 2)
-    assert "DDP" in nb.launch_plan(1, 8)["why"] and "sharding" in eight.launch_plan(1, 8)["why"]
-
-
-def test_descendants_follow_the_whole_tree_only(plumbing):
-    parents = {10: 1, 11: 10, 12: 11, 13: 10, 20: 1, 21: 20}
-    assert plumbing.descendants(10, parents) == {11, 12, 13}
-    assert plumbing.descendants(12, parents) == set()
-
-
 # The cost model
 
 
@@ -559,9 +405,9 @@ def disc_prediction(depth, batch):
 def test_disc_weights_counts_the_weights_of_the_script_network():
     namespace = {}
     exec("import math\nfrom torch import nn\nfrom torch.utils.data import TensorDataset\n"
-         + function_source("make_model"), namespace)
+         + function_source("make_disc_model"), namespace)
     for depth in (2, 8, 10):
-        model = namespace["make_model"](depth)
+        model = namespace["make_disc_model"](depth)
         assert nb.disc_weights(depth) == sum(p.numel() for p in model.parameters())
     assert (nb.disc_weights(8), nb.disc_weights(10)) == (44_710, 703_142)  # the comment on DEPTH
 
@@ -635,7 +481,7 @@ def test_the_scripts_timing_and_accuracy_run_on_a_real_ddp_model_in_a_group_of_o
     torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
                                          world_size=1)
     try:
-        model = DistributedDataParallel(script["make_model"](3))
+        model = DistributedDataParallel(script["make_disc_model"](3))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         points, labels = script["make_disc_data"](16, seed=0).tensors
         result = script["measure_speed"](model, optimizer, points, labels, steps=2, rounds=1)
@@ -652,20 +498,20 @@ def timed_results(compute_ms=8.0, step_ms=10.0, world_size=2, after=("b", "c")):
              "checksum_after_no_sync": after[rank]} for rank in range(2)]
 
 
-def test_speed_table_puts_one_process_computing_alone_beside_all_with_ddp():
-    table = nb.speed_table(timed_results(8.0, 10.0), batch_size=128)
+def test_ddp_speed_table_puts_one_process_computing_alone_beside_all_with_ddp():
+    table = nb.ddp_speed_table(timed_results(8.0, 10.0), batch_size=128)
     assert table.to_dict("index") == {
         "1 process computing alone": {"processes": 1, "compute_ms": 8.0, "communication_ms": 0.0,
                                       "step_ms": 8.0, "samples_per_s": 16000.0},
         "2 processes with DDP": {"processes": 2, "compute_ms": 8.0, "communication_ms": 2.0,
                                  "step_ms": 10.0, "samples_per_s": 25600.0}}
     # measured apart, the computation can come out longer than the whole training step: no negative
-    assert nb.speed_table(timed_results(10.5, 10.0), 128).communication_ms.tolist() == [0.0, 0.0]
+    assert nb.ddp_speed_table(timed_results(10.5, 10.0), 128).communication_ms.tolist() == [0.0, 0.0]
 
 
 def test_a_run_without_timing_gives_a_table_of_nan_and_says_so():
     for results in ([], [{"rank": 0, "world_size": 2, "checksum": "a"}]):
-        table = nb.speed_table(results, 128)
+        table = nb.ddp_speed_table(results, 128)
         assert table.samples_per_s.isna().all()
         assert nb.explain_speed(table, "gloo") == ("The timed run did not report its speed; see its "
                                                    "output above.")
@@ -679,7 +525,7 @@ def test_a_run_without_timing_gives_a_table_of_nan_and_says_so():
     (2.0, "gloo", "not how fast the CPU trains"), (2.0, "nccl", "The ideal with 2 GPUs")])
 def test_explain_speed_reads_the_gain_and_the_share_on_each_side_of_its_edge(compute_ms, backend,
                                                                              expected):
-    speed = nb.speed_table(timed_results(compute_ms, 10.0), batch_size=100)
+    speed = nb.ddp_speed_table(timed_results(compute_ms, 10.0), batch_size=100)
     text = nb.explain_speed(speed, backend)
     gain = 2 * compute_ms / 10.0
     assert text.startswith(f"2 processes with DDP trained {gain:.2f} times as many samples per "
@@ -688,7 +534,7 @@ def test_explain_speed_reads_the_gain_and_the_share_on_each_side_of_its_edge(com
 
 
 def test_explain_speed_gives_the_averagings_share_of_a_training_step():
-    text = nb.explain_speed(nb.speed_table(timed_results(6.0, 10.0), 128), "gloo")
+    text = nb.explain_speed(nb.ddp_speed_table(timed_results(6.0, 10.0), 128), "gloo")
     assert "trained 1.20 times" in text and "the averaging took 40 % of each" in text
 
 
@@ -746,88 +592,6 @@ def test_describe_ending_says_who_was_stopped():
     assert lines[1] == "node1's launcher stopped by the notebook."  # exit code -1, no end time
 
 
-# Running programs: time limits, and nothing left behind
-
-
-def assert_all_gone(pids):
-    """Every process in `pids` has exited (checked with psutil too when it is installed)."""
-    assert all(not nb.is_alive(pid) for pid in pids), [pid for pid in pids if nb.is_alive(pid)]
-    try:
-        import psutil
-    except ImportError:
-        return
-    for pid in pids:
-        if psutil.pid_exists(pid):
-            assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-
-
-def test_stop_reason_at_the_time_limit_and_the_patience():
-    assert nb.stop_reason(240.0, None, True, 240, 15) is None  # exactly at the limit: not yet
-    assert "time limit of 240 s" in nb.stop_reason(240.01, None, True, 240, 15)
-    assert "time limit" in nb.stop_reason(240.01, 16.0, True, 240, 15)  # the limit is said first
-    assert nb.stop_reason(100.0, 15.0, True, 240, 15) is None  # exactly the patience: not yet
-    assert "still running 15 s after" in nb.stop_reason(100.0, 15.01, True, 240, 15)
-    assert nb.stop_reason(100.0, 60.0, False, 240, 15) is None  # all ended: nothing to stop
-    assert nb.stop_reason(100.0, None, True, 240, 15) is None  # none ended yet
-
-
-def test_run_launchers_prefixes_lines_with_the_node_only_for_several(capsys):
-    nb.run_launchers([[sys.executable, "-c", "print('alone')"]], time_limit_s=60)
-    assert capsys.readouterr().out.splitlines() == ["alone"]
-    two = nb.run_launchers([[sys.executable, "-c", "print('a')"], [sys.executable, "-c", "print('b')"]],
-                           time_limit_s=60)
-    assert sorted(capsys.readouterr().out.splitlines()) == ["node0 | a", "node1 | b"]
-    assert two["returncodes"] == [0, 0] and two["stopped"] is None and two["leftovers"] == []
-
-
-# A parent that starts a child in a session of its own, as torchrun does with its workers.
-PARENT_WITH_DETACHED_CHILD = """
-import subprocess, sys, time
-subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
-print("child started", flush=True)
-time.sleep(600)
-"""
-
-
-def test_the_time_limit_stops_a_program_and_its_detached_child(plumbing):
-    # 5 s: the child starts within a second, and run_launchers looks for new processes every second
-    run = plumbing.run_launchers([[sys.executable, "-c", PARENT_WITH_DETACHED_CHILD]], time_limit_s=5,
-                                 echo=False)
-    assert run["stopped"] and "time limit" in run["stopped"]
-    assert any("child started" in line for _, line in run["output"])
-    assert len(run["started"]) == 1 and run["leftovers"] == []
-    assert_all_gone(run["started"])
-    assert run["seconds"] < 30
-
-
-def test_a_program_that_outlives_its_peer_is_stopped_after_the_patience():
-    commands = [[sys.executable, "-c", "print('done')"], [sys.executable, "-c", "import time; time.sleep(600)"]]
-    run = nb.run_launchers(commands, time_limit_s=120, patience_s=2, echo=False)
-    assert run["returncodes"][0] == 0 and run["returncodes"][1] < 0
-    assert "still running" in run["stopped"] and run["seconds"] < 30
-    assert (0, "done") in run["output"]
-
-
-WORKER_THAT_HANGS = """
-import os, time
-print("worker", os.environ["RANK"], "ready", flush=True)
-time.sleep(600)
-"""
-
-
-def test_torchrun_stopped_at_the_time_limit_leaves_no_worker(tmp_path):
-    script = tmp_path / "hang.py"
-    script.write_text(WORKER_THAT_HANGS)
-    command = nb.torchrun_command(script, 2, log_dir=tmp_path / "logs")  # else torchrun leaves a temp folder
-    # 15 s: torchrun starts in 3 to 6 s on the 2-core build machine under the test run's load, and these
-    # workers import nothing heavy; the limit strikes while both wait
-    run = nb.run_launchers([command], time_limit_s=15, env=nb.launch_env(1), echo=False)
-    ready = [line for _, line in run["output"] if "ready" in line]
-    assert len(ready) == 2, run["output"]  # both workers were running when the limit struck
-    assert len(run["started"]) >= 2 and run["leftovers"] == []
-    assert_all_gone(run["started"])
-
-
 # The pictures
 
 
@@ -867,301 +631,6 @@ def test_the_pictures_draw_with_titles_and_labels():
     plt.close(figure)
 
 
-# --- The side a Windows machine and a GPU machine take, run with stand-ins -----------------------------
-
-def is_alive_elsewhere(helpers, monkeypatch, tmp_path, os_name):
-    """helpers.is_alive as on a system without /proc and without psutil (Windows, or a bare macOS),
-    whose os.name is `os_name`: (is_alive(pid), the signals it sent, as (pid, signal))."""
-    sent = []
-
-    def kill(pid, signal_number):
-        sent.append((pid, signal_number))
-        os.kill(pid, signal_number)
-
-    monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` raises ImportError
-    return (lambda pid: helpers.is_alive(pid, proc=tmp_path / "no-proc", os_name=os_name, kill=kill)), sent
-
-
-@pytest.mark.gpu_branch("06", "is_alive: os_name != 'posix'")
-@pytest.mark.gpu_branch("08", "is_alive: os_name != 'posix'")
-def test_is_alive_on_windows_without_psutil_sends_no_signal(plumbing, monkeypatch, tmp_path):
-    # On Windows os.kill(pid, 0) does not ask: every signal but CTRL_C_EVENT and CTRL_BREAK_EVENT
-    # ends the process with TerminateProcess (Python's documentation of os.kill).
-    is_alive, sent = is_alive_elsewhere(plumbing, monkeypatch, tmp_path, "nt")
-    assert is_alive(os.getpid()) is False and sent == []
-
-
-def test_is_alive_on_a_posix_system_without_proc_or_psutil_asks_with_signal_0(plumbing, monkeypatch,
-                                                                              tmp_path):
-    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
-                              capture_output=True, text=True)
-    is_alive, sent = is_alive_elsewhere(plumbing, monkeypatch, tmp_path, "posix")
-    assert is_alive(os.getpid()) is True
-    assert is_alive(int(finished.stdout)) is False  # ended and reaped: no such process
-    assert sent == [(os.getpid(), 0), (int(finished.stdout), 0)]
-
-
-# --- The process plumbing notebooks 06 and 08 both carry, each copy at both sides ------------------
-# Notebook 08 repeats 06's plumbing (it must run alone on Colab): proc_dir, read_parent_map,
-# descendants, is_alive and stop_processes are the same code, and its run_launchers decides the same
-# way inline. These tests run both copies (08's own tests do not repeat them). The stand-ins are
-# shaped like the real things: Linux's /proc/<pid>/stat, psutil's Process and process_iter, and the
-# OSErrors os.kill raises; run_launchers gets stand-in processes and a clock of its own, so that its
-# time limit and its patience are tested at their edges without starting a program.
-
-def stat_line(pid, name, state, parent):
-    """A line of /proc/<pid>/stat as Linux writes it: pid, (name), state, parent pid, then more."""
-    return f"{pid} ({name}) {state} {parent} {pid} {pid} 0 -1 4194560 1200 0 0 0 5 3 0 0 20 0 1 0\n"
-
-
-@pytest.fixture
-def fake_proc(tmp_path):
-    """A folder shaped like Linux's /proc: a few processes, one ended while it was read."""
-    proc = tmp_path / "proc"
-    processes = {1: ("systemd", "S", 0), 4242: ("w) S 99", "R", 1),  # a name holding ") S 99"
-                 4243: ("python3", "Z", 4242), 4244: ("gone", "X", 1)}
-    for pid, (name, state, parent) in processes.items():
-        (proc / str(pid)).mkdir(parents=True)
-        (proc / str(pid) / "stat").write_text(stat_line(pid, name, state, parent))
-    (proc / "77" / "stat").mkdir(parents=True)  # reading it raises an OSError, as an ended one does
-    (proc / "self").mkdir()  # /proc has folders that are not processes
-    (proc / "self" / "stat").write_text(stat_line(4242, "w", "R", 1))
-    return proc
-
-
-def test_read_parent_map_reads_proc_and_skips_what_ended_meanwhile(plumbing, fake_proc):
-    assert plumbing.read_parent_map(fake_proc) == {1: 0, 4242: 1, 4243: 4242, 4244: 1}
-
-
-def test_is_alive_reads_the_state_in_proc(plumbing, fake_proc):
-    assert plumbing.is_alive(1, fake_proc) and plumbing.is_alive(4242, fake_proc)  # sleeping, running
-    assert not plumbing.is_alive(4243, fake_proc) and not plumbing.is_alive(4244, fake_proc)  # zombie, dead
-    assert not plumbing.is_alive(999, fake_proc) and not plumbing.is_alive(77, fake_proc)  # gone, unreadable
-
-
-class StandInPsutilProcess:
-    """Shaped like psutil.Process: raises NoSuchProcess (ZombieProcess on macOS) for a process it
-    cannot find, has .pid, .info (what process_iter fills in) and status()."""
-    STATES = {10: psutil.STATUS_RUNNING, 11: psutil.STATUS_SLEEPING, 12: psutil.STATUS_ZOMBIE}
-    PARENTS = {0: 0, 4: 0, 10: 4, 11: 10, 12: 10}  # Windows' idle process 0 is its own parent
-
-    def __init__(self, pid):
-        if pid == 13:
-            raise psutil.ZombieProcess(pid)
-        if pid not in self.STATES:
-            raise psutil.NoSuchProcess(pid)
-        self.pid, self.info = pid, {"ppid": self.PARENTS[pid]}
-
-    def status(self):
-        return self.STATES[self.pid]
-
-
-def without_proc(monkeypatch, tmp_path, psutil_module):
-    """A /proc folder that is not there (macOS, Windows), with `import psutil` giving `psutil_module`."""
-    monkeypatch.setitem(sys.modules, "psutil", psutil_module)
-    return tmp_path / "no-proc"
-
-
-def process_iter(attrs):
-    """What psutil.process_iter(["ppid"]) yields: processes with .pid and .info filled in."""
-    assert attrs == ["ppid"]
-    for pid, parent in StandInPsutilProcess.PARENTS.items():
-        process = object.__new__(StandInPsutilProcess)
-        process.pid, process.info = pid, {"ppid": parent}
-        yield process
-
-
-STAND_IN_PSUTIL = types.SimpleNamespace(Process=StandInPsutilProcess, STATUS_ZOMBIE=psutil.STATUS_ZOMBIE,
-                                        process_iter=process_iter)
-
-
-def test_without_proc_psutil_gives_the_parents_and_without_it_nothing(plumbing, monkeypatch, tmp_path):
-    no_proc = without_proc(monkeypatch, tmp_path, STAND_IN_PSUTIL)
-    assert plumbing.read_parent_map(no_proc) == StandInPsutilProcess.PARENTS
-    monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` raises ImportError
-    assert plumbing.read_parent_map(no_proc) == {}
-
-
-def test_without_proc_psutil_says_which_process_runs(plumbing, monkeypatch, tmp_path):
-    no_proc = without_proc(monkeypatch, tmp_path, STAND_IN_PSUTIL)
-    assert plumbing.is_alive(10, no_proc) and plumbing.is_alive(11, no_proc)
-    assert not plumbing.is_alive(12, no_proc)  # a zombie: ended, waiting for its parent
-    assert not plumbing.is_alive(13, no_proc) and not plumbing.is_alive(99, no_proc)  # Zombie-, NoSuchProcess
-
-
-def test_descendants_end_on_a_loop_in_the_parent_map(plumbing):
-    # psutil lists Windows' idle process 0 as its own parent, and a map read while process ids are
-    # reused can hold a loop: the search must still end, each process found once.
-    found = []
-    search = threading.Thread(target=lambda: found.append((
-        plumbing.descendants(4, StandInPsutilProcess.PARENTS),
-        plumbing.descendants(0, {0: 0, 4: 0, 10: 4}),
-        plumbing.descendants(10, {10: 11, 11: 10, 12: 11}))), daemon=True)
-    search.start()
-    search.join(10)
-    assert found == [({10, 11, 12}, {0, 4, 10}, {10, 11, 12})]
-
-
-class StandInLauncher:
-    """Shaped like the subprocess.Popen that run_launchers starts (text mode, output on a pipe): pid,
-    stdout, poll(), terminate(), kill(), wait() and returncode. It prints `lines`, then ends by itself
-    when `clock` reaches `ends_at` (never if None); `obeys_terminate=False` makes it outlive
-    terminate() until kill()."""
-
-    def __init__(self, pid, clock=None, ends_at=None, lines=(), obeys_terminate=True):
-        self.pid, self.clock, self.ends_at, self.obeys_terminate = pid, clock, ends_at, obeys_terminate
-        self.returncode, self.calls, self.output_ended = None, [], False
-        self.stdout = self._output(lines)
-
-    def _output(self, lines):
-        yield from (line + "\n" for line in lines)
-        while self.poll() is None:  # a pipe stays open while its program runs
-            time.sleep(0.001)
-        self.output_ended = True
-
-    def poll(self):
-        if self.returncode is None and self.ends_at is not None and self.clock.now >= self.ends_at:
-            self.returncode = 0
-        return self.returncode
-
-    def terminate(self):
-        self.calls.append("terminate")
-        if self.obeys_terminate and self.returncode is None:
-            self.returncode = -signal.SIGTERM
-
-    def kill(self):
-        self.calls.append("kill")
-        if self.returncode is None:
-            self.returncode = -9  # SIGKILL (Windows has no SIGKILL)
-
-    def wait(self):
-        self.calls.append("wait")
-        return self.returncode
-
-
-class FakeClock:
-    """time.monotonic and time.sleep for stop_processes and run_launchers: sleeping and waiting for output move it on."""
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def monotonic(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
-
-
-def test_stop_processes_kills_what_outlives_terminate_and_bears_kill_errors(plumbing, monkeypatch):
-    alive = {101, 102, 103}  # 101 ends before the kill, 102 is another user's (a reused pid)
-    sent, clock = [], FakeClock()
-
-    def kill(pid, signal_number):
-        sent.append((pid, signal_number))
-        if pid == 101:
-            raise ProcessLookupError(3, "No such process")
-        if pid == 102:
-            raise PermissionError(1, "Operation not permitted")
-        alive.discard(pid)
-
-    obedient, stubborn, ended = (StandInLauncher(1), StandInLauncher(2, obeys_terminate=False),
-                                 StandInLauncher(3))
-    ended.returncode = 1
-    plumbing.stop_processes([obedient, stubborn, ended], [101, 102, 103, 104], grace_s=1,
-                            clock=clock.monotonic, sleep=clock.sleep, alive=lambda pid: pid in alive,
-                            kill=kill, kill_signal=signal.SIGTERM)  # as on Windows: no SIGKILL
-    assert sent == [(101, signal.SIGTERM), (102, signal.SIGTERM), (103, signal.SIGTERM)]  # not 104
-    assert obedient.calls == ["terminate", "wait"] and obedient.returncode == -signal.SIGTERM
-    assert stubborn.calls == ["terminate", "kill", "wait"] and stubborn.returncode == -9
-    assert ended.calls == ["wait"] and ended.returncode == 1
-    # It gave the stubborn launcher the grace, then process 102 (never gone) the grace again: no more.
-    assert clock.now - 1000 == pytest.approx(2.0, abs=0.21)
-
-
-def test_stop_processes_sends_sigkill_where_there_is_one_and_waits_only_until_it_works(plumbing,
-                                                                                        monkeypatch):
-    sent, clock = [], FakeClock()
-    # Process 101 takes 0.3 s to die after the SIGKILL (a busy process).
-    launcher = StandInLauncher(1)
-    plumbing.stop_processes([launcher], [101], grace_s=10, clock=clock.monotonic, sleep=clock.sleep,
-                            alive=lambda pid: not sent or clock.now < 1000.3,
-                            kill=lambda *call: sent.append(call))
-    assert sent == [(101, signal.SIGKILL)] and launcher.calls == ["terminate", "wait"]
-    assert 1000.3 <= clock.now < 1000.5, "it waits for the killed process, and no longer"
-
-
-def fake_launches(launchers, parents=None):
-    """What run_launchers asks of the machine, made up: it starts `launchers` (in order) on their FakeClock. Each wait for output (0.2 s
-    in the notebook) moves the clock on by 0.25 s, a number floats hold exactly, and returns only once
-    the output threads have passed on all that the launchers printed by then: the same clock always
-    gives the same run, however slow the machine."""
-    clock = launchers[0].clock
-
-    class WaitingQueue(queue.Queue):
-        ends_put = 0
-
-        def put(self, item, block=True, timeout=None):
-            super().put(item)
-            self.ends_put += item[1] is None
-
-        def get(self, block=True, timeout=None):
-            clock.now += 0.25
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and not (
-                    all(l.poll() is None or l.output_ended for l in launchers)
-                    and self.ends_put >= sum(l.output_ended for l in launchers)):
-                time.sleep(0.001)
-            return super().get(timeout=0.001)
-
-    started = iter(launchers)
-    return {"popen": lambda command, **options: next(started), "clock": clock.monotonic,
-            "sleep": clock.sleep, "queue": WaitingQueue, "parent_map": lambda: dict(parents or {}),
-            "alive": lambda pid: False}
-
-
-@pytest.mark.parametrize("ends_at, stopped", [(None, True), (1002.6, False)])
-def test_run_launchers_stops_a_program_only_once_it_outlives_its_peer_by_the_patience(
-        plumbing, monkeypatch, capsys, ends_at, stopped):
-    clock = FakeClock()
-    done, waiting = StandInLauncher(500, clock, 1000.5), StandInLauncher(600, clock, ends_at)
-    system = fake_launches([done, waiting], parents={501: 500, 502: 501, 7: 1})
-    run = plumbing.run_launchers([["a"], ["b"]], time_limit_s=60, patience_s=2, echo=False, system=system)
-    # The first ended at 1000.5; at 1002.5 the other had waited exactly the patience: not yet.
-    assert run["ended_s"][0] == 0.5 and run["started"] == [501, 502] and run["leftovers"] == []
-    assert "terminate" not in done.calls
-    if stopped:
-        assert run["stopped"] == "one was still running 2 s after another had ended"
-        assert run["returncodes"] == [0, -signal.SIGTERM] and run["ended_s"][1] == 3.0
-        assert "STOPPED by the notebook: one was still running" in capsys.readouterr().out
-    else:  # it ended at 1002.6, before anyone looked again
-        assert run["stopped"] is None and run["returncodes"] == [0, 0] and "terminate" not in waiting.calls
-
-
-@pytest.mark.parametrize("ends_at, stopped", [(None, True), (1001.0, False)])
-def test_run_launchers_stops_a_program_only_past_the_time_limit(plumbing, monkeypatch, ends_at, stopped):
-    clock = FakeClock()
-    launcher = StandInLauncher(500, clock, ends_at)
-    system = fake_launches([launcher])
-    run = plumbing.run_launchers([["a"]], time_limit_s=1, echo=False, system=system)  # 1 s: in time
-    assert run["stopped"] == ("the time limit of 1 s was reached" if stopped else None)
-    assert run["returncodes"] == [-signal.SIGTERM if stopped else 0]
-
-
-@pytest.mark.parametrize("lines, echo, printed", [
-    ([["alone"]], True, ["alone"]),
-    ([["a"], ["b"]], True, ["node0 | a", "node1 | b"]),
-    ([["a"], ["b"]], False, []),
-])
-def test_run_launchers_echoes_lines_with_the_node_only_for_several(plumbing, monkeypatch, capsys, lines,
-                                                                   echo, printed):
-    clock = FakeClock()
-    launchers = [StandInLauncher(500 + tag, clock, 1000.5, output) for tag, output in enumerate(lines)]
-    system = fake_launches(launchers)
-    run = plumbing.run_launchers([["x"]] * len(lines), time_limit_s=60, echo=echo, system=system)
-    assert sorted(capsys.readouterr().out.splitlines()) == printed
-    assert sorted(run["output"]) == [(tag, line) for tag, output in enumerate(lines) for line in output]
-
-
 # --- The figures handed to tools/gpu_run.py --------------------------------------------------------
 
 def reported_figures(plan, speed, results):
@@ -1177,8 +646,8 @@ def reported_figures(plan, speed, results):
 @pytest.mark.parametrize("gpus, fallback", [(2, None), (1, "CPU processes over gloo"),
                                             (0, "CPU processes over gloo")])
 def test_the_figures_are_reported_with_a_fallback_unless_two_gpus_ran_them(gpus, fallback):
-    plan, results = nb.launch_plan(gpus, 8), timed_results(8.0, 10.0)
-    printed, calls = reported_figures(plan, nb.speed_table(results, 128), results)
+    plan, results = nb.ddp_launch_plan(gpus, 8), timed_results(8.0, 10.0)
+    printed, calls = reported_figures(plan, nb.ddp_speed_table(results, 128), results)
     assert printed == "" and calls == [(fallback, {
         "backend": plan["backend"], "world_size": plan["nproc"], "step_ms": 10.0, "compute_ms": 8.0,
         "communication_ms": 2.0, "samples_per_s_ddp": 25600.0, "samples_per_s_alone": 16000.0,
@@ -1186,7 +655,7 @@ def test_the_figures_are_reported_with_a_fallback_unless_two_gpus_ran_them(gpus,
 
 
 def test_the_figures_of_a_run_that_reported_no_speed_are_none_not_nan():
-    _, [(fallback, figures)] = reported_figures(nb.launch_plan(0, 2), nb.speed_table([], 128), [])
+    _, [(fallback, figures)] = reported_figures(nb.ddp_launch_plan(0, 2), nb.ddp_speed_table([], 128), [])
     assert fallback == "CPU processes over gloo" and figures["ddp_weights_identical"] is False
     for key in ("step_ms", "compute_ms", "communication_ms", "samples_per_s_ddp", "speedup"):
         assert figures[key] is None, key
@@ -1211,7 +680,7 @@ def test_runs_that_reported_nothing_print_their_verdicts_and_run_all_goes_on(tmp
              "stopped": None}
     namespace = {**vars(nb), "pd": pd, "ddp_run": {"output": []}, "two_node_run": ended,
                  "CHECKPOINT": tmp_path / "06_disc_ddp.pt", "BATCH_SIZE": 128,
-                 "plan": nb.launch_plan(0, 2)}
+                 "plan": nb.ddp_launch_plan(0, 2)}
     printed = run_cell("06", "ddp-results", namespace)
     assert printed.splitlines() == ["After training with DDP: no process reported a result.",
                                     "After the training steps under no_sync: no process reported a "
@@ -1331,9 +800,9 @@ def test_exercise_3_says_that_the_communication_does_not_grow_with_the_batch():
     assert nb.check_speedup(lambda k, compute_ms, communication_ms, processes: 1 / 0).startswith(
         "NOT YET RIGHT: with k = 1, compute_ms 8, communication_ms 2, 2 processes, speedup_at raised "
         "ZeroDivisionError")
-    speed = nb.speed_table(timed_results(8.0, 10.0), 128)
+    speed = nb.ddp_speed_table(timed_results(8.0, 10.0), 128)
     assert nb.check_speedup(nb.speedup_at_answer, speed) == (
         "PASSED: speedup_at agrees with the cost model on 5 inputs. With Step 5's numbers: 1.60 "
         "times as fast as one device now, 1.97 with batches 16 times bigger.")
-    assert nb.check_speedup(nb.speedup_at_answer, nb.speed_table([], 128)) == (
+    assert nb.check_speedup(nb.speedup_at_answer, nb.ddp_speed_table([], 128)) == (
         "PASSED: speedup_at agrees with the cost model on 4 inputs.")

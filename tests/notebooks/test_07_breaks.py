@@ -333,13 +333,6 @@ def test_the_tensor_made_in_forward_fails_on_another_device_and_both_fixes_work(
     assert "feature_weights" in nb.WithBuffer(64).state_dict()
 
 
-@pytest.mark.gpu_branch("07", "not_the_cpu: device.type == 'cpu'")
-@pytest.mark.parametrize("device, other", [("cpu", "meta"), ("cuda", "cuda"), ("cuda:1", "cuda:1"),
-                                           ("mps", "mps")])
-def test_not_the_cpu_is_the_gpu_itself_and_meta_only_without_one(device, other):
-    assert nb.not_the_cpu(torch.device(device)) == torch.device(other)
-
-
 # PyTorch's message on a CUDA GPU (aten/src/ATen/TensorIterator.cpp, as notebook 02's tests quote it).
 CUDA_MISMATCH_ERROR = ("Expected all tensors to be on the same device, but found at least two devices, "
                        "cuda:0 and cpu!")
@@ -402,7 +395,7 @@ def pictures():
 
 def broken_after_train(pictures):
     model = nb.make_classifier(nb.NaiveLogSoftmax())
-    rows = nb.train(model, *pictures, lr=0.05, steps=20)
+    rows = nb.train_and_record(model, *pictures, lr=0.05, steps=20)
     return model, rows
 
 
@@ -411,13 +404,13 @@ def test_train_stops_at_the_first_loss_that_is_not_finite(pictures):
     assert math.isfinite(rows[0]["loss"]) and not math.isfinite(rows[-1]["loss"])
     assert all(math.isfinite(row["loss"]) for row in rows[:-1]) and len(rows) < 20
     assert all(torch.isfinite(p).all() for p in model.parameters()), "stopped before the update"
-    going_on = nb.train(nb.make_classifier(nb.NaiveLogSoftmax()), *pictures, lr=0.05, steps=5,
+    going_on = nb.train_and_record(nb.make_classifier(nb.NaiveLogSoftmax()), *pictures, lr=0.05, steps=5,
                         stop_early=False)
     assert len(going_on) == 5
 
 
 def test_the_gradient_norm_is_recorded_before_clipping(pictures):
-    rows = nb.train(nb.make_classifier(nn.LogSoftmax(dim=1)), pictures[0] / 255, pictures[1],
+    rows = nb.train_and_record(nb.make_classifier(nn.LogSoftmax(dim=1)), pictures[0] / 255, pictures[1],
                     lr=0.05, steps=1, max_norm=1e-3)
     assert rows[0]["grad_norm"] > 1e-3
 
@@ -489,17 +482,17 @@ def test_hooks_are_removed_when_forward_raises():
 
 
 def test_the_fix_keeps_the_loss_finite_and_falling(pictures):
-    rows = nb.train(nb.make_classifier(nn.LogSoftmax(dim=1)), pictures[0] / 255, pictures[1],
+    rows = nb.train_and_record(nb.make_classifier(nn.LogSoftmax(dim=1)), pictures[0] / 255, pictures[1],
                     lr=0.05, steps=30)
-    assert len(rows) == 30 and nb.finite_verdict(rows).startswith("The loss stayed finite for all 30")
-    assert "went down" in nb.finite_verdict(rows)
+    assert len(rows) == 30 and nb.loss_finite_verdict(rows).startswith("The loss stayed finite for all 30")
+    assert "went down" in nb.loss_finite_verdict(rows)
 
 
-def test_finite_verdict_for_each_case():
-    assert "went down" in nb.finite_verdict([{"step": 0, "loss": 2.0}, {"step": 1, "loss": 1.9}])
-    assert "did NOT go down" in nb.finite_verdict([{"step": 0, "loss": 2.0}, {"step": 1, "loss": 2.0}])
+def test_loss_finite_verdict_for_each_case():
+    assert "went down" in nb.loss_finite_verdict([{"step": 0, "loss": 2.0}, {"step": 1, "loss": 1.9}])
+    assert "did NOT go down" in nb.loss_finite_verdict([{"step": 0, "loss": 2.0}, {"step": 1, "loss": 2.0}])
     rows = [{"step": 0, "loss": 2.0}, {"step": 1, "loss": math.inf}, {"step": 2, "loss": math.nan}]
-    assert nb.finite_verdict(rows) == "The loss was not finite from step 1 on."
+    assert nb.loss_finite_verdict(rows) == "The loss was not finite from step 1 on."
 
 
 def test_the_hooks_cell_keeps_what_it_found_for_the_record(pictures):
@@ -752,7 +745,7 @@ def test_grad_norm_alarm_at_its_edges():
 
 def test_a_learning_rate_too_high_is_caught_by_the_alarm_before_the_loss_breaks():
     features, targets = nb.make_regression(512)
-    too_high = nb.train(nb.new_linear(CPU), features, targets, lr=1.2, steps=80, loss_fn=F.mse_loss,
+    too_high = nb.train_and_record(nb.new_linear(CPU), features, targets, lr=1.2, steps=80, loss_fn=F.mse_loss,
                         stop_early=False)
     alarm = nb.grad_norm_alarm([row["grad_norm"] for row in too_high])
     first_bad = next(row["step"] for row in too_high if not math.isfinite(row["loss"]))
@@ -763,7 +756,7 @@ def test_a_learning_rate_too_high_is_caught_by_the_alarm_before_the_loss_breaks(
     assert all(norm > 1.5 for norm in growth["grad_norm"])
     assert all(loss == pytest.approx(norm**2, rel=0.02) for loss, norm in zip(*growth.values()))
     for settings in (dict(lr=0.1), dict(lr=1.2, max_norm=1.0)):
-        rows = nb.train(nb.new_linear(CPU), features, targets, steps=80, loss_fn=F.mse_loss, **settings)
+        rows = nb.train_and_record(nb.new_linear(CPU), features, targets, steps=80, loss_fn=F.mse_loss, **settings)
         assert all(math.isfinite(row["loss"]) for row in rows)
         assert nb.grad_norm_alarm([row["grad_norm"] for row in rows]) is None
     assert rows[-1]["loss"] > 0.1, "clipping keeps it finite, but the loss stalls"

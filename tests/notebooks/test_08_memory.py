@@ -11,9 +11,9 @@ over gloo, as Going deeper C does, and checks what the notebook's own run does n
 bytes of the shards and that every process reports the same losses.
 
 The plumbing 08 shares with notebook 06 (tools/shared_cells/process_plumbing.py and torchrun_helpers.py:
-run_launchers, is_alive, stop_processes, read_parent_map, descendants, torchrun_command, parse_results)
-is tested on both copies in tests/test_06_ddp.py (the tests taking the fixture `plumbing`); 08's own
-launch_plan, which gives the shared torchrun_plan this notebook's reasons, is tested here.
+run_launchers, is_alive, stop_processes, torchrun_plan, torchrun_command, parse_results, ...) is tested
+once, in tests/shared_cells/; 08's own fsdp_launch_plan, which gives the shared torchrun_plan this
+notebook's reasons, is tested here.
 """
 import ast
 import copy
@@ -40,7 +40,7 @@ SCRIPT_TEXT = nb.SCRIPT_TOP + nb.SCRIPT_MODEL + nb.SCRIPT_MAIN
 
 def tiny_model(seed=0):
     torch.manual_seed(seed)
-    return nb.make_model(16, 16, 2, 2)
+    return nb.make_transformer(16, 16, 2, 2)
 
 
 def tiny_batch(batch=8, seed=0):
@@ -470,22 +470,22 @@ def test_float16_weights_need_an_eps_float16_can_hold():
     assert torch.tensor(3.0e-8, dtype=torch.float16).item() == 2**-24
     assert torch.tensor(1e-8, dtype=torch.float16).item() == 0.0
     assert torch.tensor(1e-4, dtype=torch.float16).item() > 0.0
-    broken = nb.finite_verdict(train_float16(eps=1e-8), 2)
+    broken = nb.weights_finite_verdict(train_float16(eps=1e-8), 2)
     assert broken.startswith("16-bit weights: ") and "became inf or NaN in 2 optimizer steps" in broken
-    assert nb.finite_verdict(train_float16(eps=1e-4), 2) == \
+    assert nb.weights_finite_verdict(train_float16(eps=1e-4), 2) == \
         "16-bit weights: every weight is still finite after 2 optimizer steps."
 
 
-def test_finite_verdict_counts_each_weight_that_is_no_longer_a_number():
+def test_weights_finite_verdict_counts_each_weight_that_is_no_longer_a_number():
     model = nn.Linear(2, 2)
-    assert "still finite" in nb.finite_verdict(model, 1)
+    assert "still finite" in nb.weights_finite_verdict(model, 1)
     with torch.no_grad():
         model.weight[0, 0] = float("nan")
         model.bias[1] = float("inf")
-    assert nb.finite_verdict(model, 1).startswith("16-bit weights: 2 weights became inf or NaN")
+    assert nb.weights_finite_verdict(model, 1).startswith("16-bit weights: 2 weights became inf or NaN")
     with torch.no_grad():
         model.bias[1] = 0.0
-    assert nb.finite_verdict(model, 1).startswith("16-bit weights: 1 weights became inf or NaN")
+    assert nb.weights_finite_verdict(model, 1).startswith("16-bit weights: 1 weights became inf or NaN")
 
 
 @pytest.mark.gpu_branch("08", "autocast_verdict: device_type == 'cpu'")
@@ -646,7 +646,7 @@ def weak_tensors(model):
 
 
 class StaysOnTheCpu(nn.Sequential):
-    """make_model's model, whose .to(device) keeps it on the CPU: the stand-in GPU is the CPU."""
+    """make_transformer's model, whose .to(device) keeps it on the CPU: the stand-in GPU is the CPU."""
 
     def to(self, *args, **kwargs):
         return self
@@ -660,7 +660,7 @@ def step_2_namespace(device, **more):
     sizes = {"FEATURES": 16, "WIDTH": 16, "DEPTH": 2, "CLASSES": 2, "SEQUENCE": 8, "BATCH": 8,
              "OVERSIZE": 10, "DEEP_BATCH": 256}
     return {**vars(nb), **sizes, "device": device, "adam_counts": counts,
-            "make_model": lambda *args: StaysOnTheCpu(*nb.make_model(*args)),
+            "make_transformer": lambda *args: StaysOnTheCpu(*nb.make_transformer(*args)),
             "make_batch": lambda batch, seed, sequence, features, device: nb.make_batch(
                 batch, seed, sequence, features), **more}
 
@@ -827,7 +827,7 @@ def test_the_script_carries_the_notebooks_own_model_code():
         for node in ast.parse(source).body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 notebook_defs.setdefault(node.name, ast.dump(node))
-    for name in ("TransformerLayer", "MeanOverTokens", "make_model", "make_batch", "shard_model"):
+    for name in ("TransformerLayer", "MeanOverTokens", "make_transformer", "make_batch", "shard_model"):
         assert ast.dump(ast.parse(function_source(name)).body[0]) == notebook_defs[name], name
 
 
@@ -920,35 +920,14 @@ def test_the_written_script_parses_its_options(tmp_path):
         assert option in help_text
 
 
-# Launching: the command line, the time limit, and nothing left behind
-
-
-def test_a_launch_on_a_chosen_port_is_accepted_by_torchrun(tmp_path):
-    command = nb.torchrun_command(tmp_path / "s.py", 2, script_args=["--steps", 3], endpoint="127.0.0.1:29999",
-                                  run_id="nb08", log_dir=tmp_path)
-    args = torch.distributed.run.parse_args(command[3:])
-    assert not args.standalone and args.nproc_per_node == "2" and args.nnodes == "1"
-    assert (args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id) == ("c10d", "127.0.0.1:29999", "nb08")
-    assert args.training_script_args == ["--steps", "3"]
-
-
-@pytest.mark.gpu_branch("08", "torchrun_plan: os_name == 'nt'")
-@pytest.mark.parametrize("gpus", [0, 1, 2])
-def test_on_windows_the_launch_plan_warns_that_torchrun_lacks_libuv(gpus):
-    windows, linux = nb.launch_plan(gpus, 2, os_name="nt"), nb.launch_plan(gpus, 2, os_name="posix")
-    assert windows["why"] == linux["why"] + nb.WINDOWS_TORCHRUN
-    assert "use_libuv was requested" in windows["why"]
-    assert windows["nproc"] == linux["nproc"] and windows["backend"] == linux["backend"]
-
-
-@pytest.mark.gpu_branch("08", "torchrun_plan: accelerator == 'mps'")
-@pytest.mark.gpu_branch("08", "torchrun_plan: gpu_count == 1")
-@pytest.mark.gpu_branch("08", "torchrun_plan: gpu_count >= 2")
-@pytest.mark.parametrize("gpus, backend, cpu_flag", [(0, "gloo", False), (1, "gloo", True), (2, "nccl", False)])
-def test_launch_plan_shards_over_gpus_only_when_there_are_two(gpus, backend, cpu_flag):
-    plan = nb.launch_plan(gpus, 2)
-    assert (plan["backend"], "--cpu" in plan["script_args"]) == (backend, cpu_flag)
-    assert "FSDP" in nb.launch_plan(0, 2, "mps")["why"]
+def test_fsdp_launch_plan_is_the_shared_plan_in_its_own_words():
+    # one decision (tools/shared_cells/torchrun_helpers.py's torchrun_plan, tested there); 08's words
+    for gpus, accelerator in [(0, "cpu"), (0, "mps"), (1, "cuda"), (2, "cuda")]:
+        plan = nb.fsdp_launch_plan(gpus, 2, accelerator, os_name="posix")
+        shared = nb.torchrun_plan(gpus, 2, accelerator, "posix", one_gpu_why="", mps_why="")
+        assert {k: v for k, v in plan.items() if k != "why"} == {k: v for k, v in shared.items() if k != "why"}
+    assert "sharding needs two devices" in nb.fsdp_launch_plan(1, 2)["why"]
+    assert "FSDP" in nb.fsdp_launch_plan(0, 2, "mps")["why"]
 
 
 def test_port_is_free_sees_a_listening_socket():
@@ -1063,7 +1042,7 @@ def stand_in_launches(outputs):
 @pytest.mark.parametrize("gpu_count, one_process_threads", [(2, "1"), (1, "8"), (0, "8")])
 def test_step_4_gives_the_one_process_reference_one_thread_beside_a_gpu_and_every_core_on_gloo(
         tmp_path, gpu_count, one_process_threads):
-    plan = nb.launch_plan(gpu_count, 8, "cuda" if gpu_count else "cpu")
+    plan = nb.fsdp_launch_plan(gpu_count, 8, "cuda" if gpu_count else "cpu")
     run_launchers, launched = stand_in_launches([[], []])
     ports = iter([29511, 29512])
     namespace = {**vars(nb), "plan": plan, "can_shard": True, "BATCH": 16, "WIDTH": 64, "DEPTH": 2,
@@ -1123,15 +1102,15 @@ def test_the_core_reports_the_figures_it_measured_once(device_type):
                        "step2_fit_with": "+ checkpointing", "step2_fit_peak_MB": 1300.0}
 
 
-def test_key_figures_when_no_try_fit():
+def test_memory_figures_when_no_try_fit():
     counts = {"weights": 1e6, "gradients": 1e6, "optimizer_state": 2e6, "activations": 5e5}
     attempts = {"baseline (float32)": attempt(False), "+ checkpointing": attempt(False)}
-    figures = nb.key_figures(counts, attempts, 3e6, 4)
+    figures = nb.memory_figures(counts, attempts, 3e6, 4)
     assert figures["step2_fit_with"] is None and figures["step2_fit_peak_MB"] is None
     assert figures["step2_out_of_memory"] == ["baseline (float32)", "+ checkpointing"]
     assert figures["activations_MB"] == 0.5 and figures["step2_limit_MB"] == 3.0
     declared = {"baseline (float32)": attempt(False, real=False), "+ checkpointing": attempt(True, real=False)}
-    assert nb.key_figures(counts, declared, 3e6, 4)["step2_fit_peak_MB"] is None  # no allocator peak
+    assert nb.memory_figures(counts, declared, 3e6, 4)["step2_fit_peak_MB"] is None  # no allocator peak
 
 
 # --- The exercises: each check against a likely wrong answer, and the notebook's own answer ----------
@@ -1155,7 +1134,7 @@ def test_exercise_1_tells_a_prediction_of_4_bytes_a_number_where_bfloat16_takes_
         numbers = sum(p.numel() for p in model.parameters())
         return 4 * numbers * (2 + {"SGD": 0, "SGD with momentum": 1, "Adam": 2}[optimizer_name])
 
-    bfloat16_model, counted = namespace["counted_bytes"]("Adam", torch.bfloat16)
+    bfloat16_model, counted = namespace["counted_step_bytes"]("Adam", torch.bfloat16)
     predicted = four_bytes_each(bfloat16_model, "Adam")
     assert abs(predicted / counted - 2) < 0.01, "twice the count: bfloat16 takes 2 bytes a number"
     assert check(four_bytes_each) == (
@@ -1201,8 +1180,8 @@ def smallest_first(train_step, batch_sizes):
 @pytest.mark.exercise("08", "largest-batch")
 def test_exercise_2_tells_an_error_that_escapes_and_a_batch_that_is_not_the_largest():
     namespace = exercise("largest-batch", FEATURES=16, CLASSES=2)
-    check = namespace["check_largest_batch"]
-    assert check(namespace["largest_batch_answer"]) == \
+    check = namespace["check_largest_fitting_batch"]
+    assert check(namespace["largest_fitting_batch_answer"]) == \
         "PASSED: 8 of [2, 4, 8, 16, 32, 64], and None when no size fits."
     assert check(catches_nothing).startswith(
         "NOT YET RIGHT: torch.OutOfMemoryError escaped from train_step(64): catch it")
@@ -1210,7 +1189,7 @@ def test_exercise_2_tells_an_error_that_escapes_and_a_batch_that_is_not_the_larg
                                      "but the largest that trains is 8 (it tried [2]).")
     assert check(lambda train_step, batch_sizes: ...).startswith("NOT DONE YET")
     assert check(lambda train_step, batch_sizes: train_step("8")) == \
-        "NOT YET RIGHT: largest_batch raised KeyError: '8'"
+        "NOT YET RIGHT: largest_fitting_batch raised KeyError: '8'"
 
 
 def test_exercise_2s_made_up_gpu_raises_pytorchs_error_above_its_budget_only():
@@ -1259,7 +1238,7 @@ def gradients_of(model, batch, weights):
 @pytest.mark.exercise("08", "every-second-layer")
 def test_exercise_3_tells_checkpointing_every_layer_and_a_copy_of_the_weights():
     torch.manual_seed(0)
-    model = nb.make_model(16, 16, 3, 2)  # 16 features, 16 wide: the layers run in any order
+    model = nb.make_transformer(16, 16, 3, 2)  # 16 features, 16 wide: the layers run in any order
     namespace = exercise("every-second-layer", model=model, BATCH=8, SEQUENCE=8, FEATURES=16)
     check = namespace["check_every_second_layer"]
     passed = check(namespace["checkpoint_every_second_answer"])
