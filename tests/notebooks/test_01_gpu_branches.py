@@ -3,7 +3,6 @@ comparison and Going deeper's GPU table and copies, run with stand-ins shaped li
 NVIDIA or AMD GPU, an Apple GPU and an Intel GPU, and for real on the CPU (the other side of each branch).
 Which peak the datasheet gives which GPU is tested in tests/shared_cells/test_datasheet.py."""
 import sys
-import time
 import types
 
 import pytest

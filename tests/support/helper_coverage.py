@@ -105,12 +105,15 @@ def pytest_configure_node(node):
     node.workerinput["helper_coverage_dir"] = getattr(node.config, "helper_coverage_dir", None)
 
 
+LOADERS = ("load_helpers", "load_helpers_quietly", "load_shared", "run_cell")  # what runs a notebook's code
+
+
 def runs_helpers(item):
-    """True for a test whose module imports load_helpers, load_shared or run_cell: only those can run a
-    notebook's code. The others (nbval's cells, the browser test, ...) run without the tracer, which
-    costs time."""
+    """True for a test whose module imports load_helpers (or load_helpers_quietly, load_shared) or
+    run_cell: only those can run a notebook's code. The others (nbval's cells, the browser test, ...) run
+    without the tracer, which costs time."""
     module = getattr(item, "module", None)
-    return any(hasattr(module, name) for name in ("load_helpers", "load_shared", "run_cell"))
+    return any(hasattr(module, name) for name in LOADERS)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -210,6 +210,28 @@ def load_shared(file):
     return types.SimpleNamespace(**{name: helpers[name] for name in shared_names(file)})
 
 
+def notebook_constant(prefix, name, **names):
+    """The value notebook `prefix` gives the UPPER_CASE constant `name` at the top level of a code cell,
+    evaluated with `names` (for example FAST=True: its value in fast mode)."""
+    for source in code_cells(read(notebook_path(prefix))):
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == name:
+                return eval(compile(ast.Expression(node.value), name, "eval"), dict(names))
+    raise LookupError(f"notebook {prefix} assigns no constant {name}")
+
+
+def load_helpers_quietly(prefix):
+    """load_helpers(prefix) for a notebook that imports fastai (03): fastai's import warns that
+    torch.jit.script is deprecated (the notebook silences the same message) and that a pandas option it
+    sets is deprecated; both are fastai's to fix, not the tests'."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"fastai\.")
+        return load_helpers(prefix)
+
+
 def cell_source(prefix, cell_id):
     """The source of the code cell `cell_id` of notebook `prefix` (cell ids are kept by every edit)."""
     found = [cell.source for cell in read(notebook_path(prefix)).cells
