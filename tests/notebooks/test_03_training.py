@@ -87,7 +87,7 @@ def test_the_training_verdicts_at_their_edge(nb, error_rate, good):
 
 
 # The end-to-end run with a prepared folder, broken files, no ddgs and a fastai that cannot export is
-# tests/test_broken_packages.py's: there the setup cell itself finds the export-only breakage.
+# tests/collection/test_broken_packages.py's: there the setup cell itself finds the export-only breakage.
 
 
 def test_export_is_skipped_only_when_the_setup_cell_says_fastai_cannot_export(nb):
