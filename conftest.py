@@ -51,7 +51,8 @@ def pytest_configure(config):
 # take the seconds its manifest entry gives (test_seconds); the files that are no one notebook's, these.
 COLLECTION_SECONDS = {"tests/collection/test_browser.py": 200,
                       "tests/collection/test_missing_packages.py": 55,
-                      "tests/collection/test_broken_packages.py": 50}
+                      "tests/collection/test_broken_packages.py": 50,
+                      "tests/shared_cells/test_process_plumbing.py": 30}  # starts programs and torchrun
 NOTEBOOK_FILE = re.compile(r"^(?:notebooks/|tests/notebooks/test_)(\d\d)_")
 
 

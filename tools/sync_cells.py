@@ -14,7 +14,8 @@ links work in a notebook uploaded alone.
     .venv/bin/python tools/sync_cells.py --check   # change nothing; list every copy that differs
 
 --check exits 1 when a copy differs, is missing or is there twice, and names the file to edit
-(tools/shared_cells/<file>, or GLOSSARY.md); tests/tooling/test_sync_cells.py runs it. Exit code 2: the
+(tools/shared_cells/<file>, or GLOSSARY.md) and, for a copy that differs, the tests of that file to run
+after the edit (tests/shared_cells/test_<file>); tests/tooling/test_sync_cells.py runs it. Exit code 2: the
 sources themselves are wrong (a file TITLES names is missing, or one it does not name is there).
 """
 import argparse
@@ -33,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO / "notebooks"
 SOURCE_DIR = REPO / "tools" / "shared_cells"
 GLOSSARY = REPO / "GLOSSARY.md"
+TEST_DIR = REPO / "tests" / "shared_cells"  # test_<stem>.py tests tools/shared_cells/<stem>.py
 WORDS_HEADING = "## Words used here"
 WORDS_CELL_ID = "words-used-here"
 GLOSSARY_LINK = re.compile(r"\]\(#(glossary-[a-z0-9-]+)\)")
@@ -257,6 +259,11 @@ def read_sources(source_dir=None, manifest=None):
     return sources
 
 
+def test_file(shared):
+    """Where the tests of a shared cell live: tests/shared_cells/test_<its file's stem>.py."""
+    return TEST_DIR / f"test_{Path(shared.file).stem}.py"
+
+
 @dataclass
 class Copy:
     """What one target notebook holds of one shared cell: the index of its copy (None when the notebook
@@ -314,7 +321,8 @@ def copies(read, sources, source_dir=None):
             problem = None
             if have != wanted:
                 problem = (f"its copy of {where} differs ({first_difference(have, wanted)}): edit "
-                           f"{where}, not the copy, then run tools/sync_cells.py")
+                           f"{where}, not the copy, then run tools/sync_cells.py and its tests, "
+                           f"{shown(test_file(shared))}")
             found.append(Copy(shared, number, index, wanted, problem))
     return found
 

@@ -172,8 +172,8 @@ def gpu_branches(paths=NOTEBOOKS):
 # and it is empty: every branch has its test, and a new one comes with its test. An entry that a test
 # now claims, or that is no longer in the notebooks, fails the test below.
 # A top-level cell is best tested by running it with stand-ins for `device` and torch.cuda through
-# notebook_code.run_cell (as tests/test_08_memory.py's test of cell remedies-alone-run does), or by moving its
-# decision into a small function that a test calls.
+# notebook_code.run_cell (as tests/notebooks/test_08_gpu_branches.py's test of cell remedies-alone-run
+# does), or by moving its decision into a small function that a test calls.
 KNOWN_UNTESTED = {}
 
 

@@ -67,7 +67,7 @@ def test_notebook_01_without_fastai_runs_to_the_end_and_skips_step_6(run_without
 def test_notebook_03_without_ddgs_takes_the_offline_path(run_without):
     # Through the plan only: the cells after it branch on `plan`, on `online and search_installed`
     # (the first look) and on UNAVAILABLE (the export, which only "fastai export" there skips:
-    # test_03_bird.py tests export_skip_reason); with the values the last cell prints, they take the
+    # test_03_training.py tests export_skip_reason); with the values the last cell prints, they take the
     # path of nbval's run wherever that is offline (as CI is) to the end, so running them again here
     # would check nothing new.
     state = "plan, online and search_installed, sorted(UNAVAILABLE)"

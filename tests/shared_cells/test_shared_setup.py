@@ -3,7 +3,8 @@
 The cell is the same in every notebook (tools/sync_cells.py writes it from
 tools/shared_cells/shared_setup.py), so testing the copy in notebook 01 tests them all. Nothing here needs
 a GPU: CUDA synchronization is checked with a monkeypatched torch.cuda.synchronize, the device choice with
-torch.accelerator monkeypatched, and the timing function with a fake clock.
+torch.accelerator monkeypatched, the second device of notebooks 02 and 07 (not_the_cpu) on each kind of
+device, and the timing function with a fake clock.
 """
 import pytest
 import torch
@@ -33,6 +34,13 @@ def test_pick_device_returns_the_accelerator_pytorch_finds(monkeypatch, accelera
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
     monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: accelerator)
     assert nb.pick_device() == accelerator
+
+
+@pytest.mark.gpu_branch("shared", "not_the_cpu: device.type == 'cpu'")
+@pytest.mark.parametrize("device, other", [("cpu", "meta"), ("cuda", "cuda"), ("cuda:1", "cuda:1"),
+                                           ("mps", "mps"), ("xpu", "xpu")])
+def test_not_the_cpu_is_the_gpu_itself_and_meta_only_without_one(device, other):
+    assert nb.not_the_cpu(torch.device(device)) == torch.device(other)
 
 
 def test_find_data_dir_inside_and_outside_a_repository(tmp_path):

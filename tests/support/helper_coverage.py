@@ -25,9 +25,7 @@ import pytest
 
 from support import notebook_code
 from support.notebook_code import (HELPER_DIR, NOTEBOOKS, REPO, helper_source, notebook_path, read,
-                                   write_helper_file)
-
-import sync_cells  # tools/, on the path notebook_code sets
+                                   shared_copy_of, write_helper_file)
 
 COVERAGE_DIR = REPO / ".test-cache" / "coverage"
 DATA_FILE = COVERAGE_DIR / "helpers"  # the last run's combined data, for `coverage report -m`
@@ -107,11 +105,15 @@ def pytest_configure_node(node):
     node.workerinput["helper_coverage_dir"] = getattr(node.config, "helper_coverage_dir", None)
 
 
+LOADERS = ("load_helpers", "load_helpers_quietly", "load_shared", "run_cell")  # what runs a notebook's code
+
+
 def runs_helpers(item):
-    """True for a test whose module imports load_helpers or run_cell: only those can run a notebook's
-    code. The others (nbval's cells, the browser test, ...) run without the tracer, which costs time."""
+    """True for a test whose module imports load_helpers (or load_helpers_quietly, load_shared) or
+    run_cell: only those can run a notebook's code. The others (nbval's cells, the browser test, ...) run
+    without the tracer, which costs time."""
     module = getattr(item, "module", None)
-    return hasattr(module, "load_helpers") or hasattr(module, "run_cell")
+    return any(hasattr(module, name) for name in LOADERS)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -134,7 +136,7 @@ def pytest_sessionfinish(session):
 
 class Figures:
     """Lines and branches run of some functions; a function copied into several notebooks (the
-    install and shared setup cells) counts once, with what any copy ran."""
+    shared cells of tools/shared_cells/) counts once, with what any copy ran."""
 
     def __init__(self):
         self.functions = {}  # name: [statements, branches, lines run, branches taken], relative lines
@@ -165,23 +167,22 @@ class Figures:
         return [name for _, name in sorted(shares)]
 
 
-SHARED_ROW = "shared cells (tools/shared_cells/, each counted once)"
+SHARED_ROW = "shared cells (tools/shared_cells/, each copy counted once)"
 
 
 def shared_lines(prefix):
     """The lines of notebook `prefix`'s generated file that come from a shared cell's copy (the install
-    and shared setup cells, in every notebook, and the others tools/sync_cells.py writes)."""
+    and shared setup cells in every notebook, the datasheet, the plumbing, ...): tools/shared_cells/
+    holds their one source, and tests/shared_cells/ tests one copy of each."""
     text, line_map = helper_source(prefix)
     cells = read(notebook_path(prefix)).cells
-    titles = tuple(title for title, _ in sync_cells.TITLES.values())
-    copied = {index for index, cell in enumerate(cells)
-              if cell.cell_type == "code" and cell.source.startswith(titles)}
+    copied = {index for index, cell in enumerate(cells) if shared_copy_of(cell)}
     return {number for number, entry in enumerate(line_map, start=1) if entry and entry[0] in copied}
 
 
 def summary(files):
     """{row name: Figures} from coverage.py's JSON report of the generated files: one row per
-    notebook, and one for the shared cells' copies, each counted once. A notebook's row holds its
+    notebook, and one for the shared cells' copies, each function counted once. A notebook's row holds its
     helper file and the files of the whole cells tests ran with run_cell (`01_name.<cell id>.py`),
     whose top-level code is named "cell <cell id>"."""
     rows, copied = {}, Figures()

@@ -5,7 +5,9 @@ Kaggle), so the helpers live inside them. `load_helpers` runs only the definitio
 notebook, never its work: import statements, function and class definitions, and
 UPPER_CASE constants whose value is a plain literal. `run_cell` runs one whole cell, its
 top-level work too, in a namespace a test fills with the helpers and stand-ins (a `device`,
-a stood-in torch.cuda): how a test executes a cell's GPU branch on a CPU.
+a stood-in torch.cuda): how a test executes a cell's GPU branch on a CPU. `load_shared` gives the
+definitions of one shared cell (tools/shared_cells/<file>) from one notebook's copy, for the tests in
+tests/shared_cells/.
 """
 import ast
 import contextlib
@@ -132,6 +134,102 @@ def load_helpers(prefix):
     namespace = {"__name__": f"notebook_{prefix}"}
     exec(compile(path.read_text(), str(path), "exec"), namespace)
     return types.SimpleNamespace(**namespace)
+
+
+# ---- The shared cells: one source each in tools/shared_cells/, a copy in each notebook carrying it ----
+SHARED_CELL_DIR = REPO / "tools" / "shared_cells"
+
+
+def shared_cell_files():
+    """{first line: file name} of every shared cell's source in tools/shared_cells/: a code cell whose
+    first line is one of these is a copy tools/sync_cells.py writes."""
+    return {path.read_text(encoding="utf-8").split("\n", 1)[0]: path.name
+            for path in sorted(SHARED_CELL_DIR.glob("*.py"))}
+
+
+def shared_copy_of(cell):
+    """The file in tools/shared_cells/ whose copy `cell` is (for example 'datasheet.py'), or None."""
+    if cell.cell_type != "code":
+        return None
+    return shared_cell_files().get(cell.source.split("\n", 1)[0])
+
+
+def shared_cell_carriers(file):
+    """The numbers of the notebooks that carry a copy of tools/shared_cells/<file>, in order
+    (notebooks/manifest.toml: install.py and shared_setup.py go to every notebook)."""
+    carriers = [number for number, entry in sorted(_manifest().items()) if file in entry.carries]
+    assert carriers, f"no notebook carries tools/shared_cells/{file} (notebooks/manifest.toml)"
+    return carriers
+
+
+def shared_cell_carrier(file):
+    """The first notebook, by number, that carries a copy of tools/shared_cells/<file>."""
+    return shared_cell_carriers(file)[0]
+
+
+def shared_cell_use(number, file):
+    """(the functions notebook `number`'s copy of tools/shared_cells/<file> defines, the ones the
+    notebook uses): named in another code cell, or by a function of the copy that is used."""
+    cells = [cell for cell in read(notebook_path(number)).cells if cell.cell_type == "code"]
+    [copy] = [cell for cell in cells if shared_copy_of(cell) == file]
+    defined = {node.name: node for node in ast.parse(copy.source).body if isinstance(node, ast.FunctionDef)}
+
+    def names(tree):
+        return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} & set(defined)
+
+    used = set().union(*(names(ast.parse(cell.source)) for cell in cells if cell is not copy))
+    todo = list(used)
+    while todo:
+        for name in names(defined[todo.pop()]) - used:
+            used.add(name)
+            todo.append(name)
+    return set(defined), used
+
+
+def shared_names(file):
+    """The names the shared cell tools/shared_cells/<file> defines: its functions, classes and
+    literal constants (what load_helpers keeps of it, less its imports)."""
+    names = []
+    for node in ast.parse((SHARED_CELL_DIR / file).read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif _is_literal_constant(node):
+            names += [target.id for target in node.targets]
+    return names
+
+
+def load_shared(file):
+    """The definitions of the shared cell tools/shared_cells/<file> (for example 'datasheet.py'), run
+    from its copy in the first notebook that carries it, as load_helpers runs them (so coverage.py
+    measures them). tools/sync_cells.py --check keeps every copy the same as the file, so one copy stands
+    for all. Only the cell's own names are attributes; its functions read the rest of that notebook's
+    definitions (its imports, `pd`, ...) as their globals, `namespace.some_function.__globals__`."""
+    helpers = vars(load_helpers(shared_cell_carrier(file)))
+    missing = [name for name in shared_names(file) if name not in helpers]
+    assert not missing, f"the copy of tools/shared_cells/{file} lacks {missing}: run tools/sync_cells.py"
+    return types.SimpleNamespace(**{name: helpers[name] for name in shared_names(file)})
+
+
+def notebook_constant(prefix, name, **names):
+    """The value notebook `prefix` gives the UPPER_CASE constant `name` at the top level of a code cell,
+    evaluated with `names` (for example FAST=True: its value in fast mode)."""
+    for source in code_cells(read(notebook_path(prefix))):
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == name:
+                return eval(compile(ast.Expression(node.value), name, "eval"), dict(names))
+    raise LookupError(f"notebook {prefix} assigns no constant {name}")
+
+
+def load_helpers_quietly(prefix):
+    """load_helpers(prefix) for a notebook that imports fastai (03): fastai's import warns that
+    torch.jit.script is deprecated (the notebook silences the same message) and that a pandas option it
+    sets is deprecated; both are fastai's to fix, not the tests'."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"fastai\.")
+        return load_helpers(prefix)
 
 
 def cell_source(prefix, cell_id):

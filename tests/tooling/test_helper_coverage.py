@@ -54,18 +54,21 @@ def test_a_function_with_a_branch_never_taken_is_listed_least_covered_first():
 
 
 def test_the_shared_cells_get_a_row_of_their_own():
+    # synchronize: the shared setup cell, in every notebook; datasheet: the datasheet cell, in 01 and 09
     nb = load_helpers("01")
     shared_start = inspect.getsourcelines(nb.synchronize)[1]
+    datasheet_start = inspect.getsourcelines(nb.datasheet)[1]
     own_start = inspect.getsourcelines(nb.arch_supported)[1]
     files = {str(helper_file("01")): {"functions": {
         "synchronize": region(shared_start, 6, 6, [shared_start + 1], []),
+        "datasheet": region(datasheet_start, 5, 4, [datasheet_start + 1], []),
         "arch_supported": region(own_start, 10, 8, [own_start + 1, own_start + 2], []),
         "": region(1, 5, 0, [1, 2, 3, 4, 5], []),
     }}}
     rows = summary(files)
     own, shared = rows[helper_file("01").stem], rows[SHARED_ROW]
     assert set(own.functions) == {"arch_supported", "(top level)"}
-    assert set(shared.functions) == {"synchronize"}
+    assert set(shared.functions) == {"synchronize", "datasheet"}
     assert own.totals() == (7, 15, 0, 8)
 
 
@@ -84,6 +87,8 @@ def test_only_tests_that_can_run_helpers_are_measured(request):
     from support.helper_coverage import runs_helpers
 
     assert runs_helpers(request.node), "this module imports load_helpers"
+    assert runs_helpers(type("Item", (), {"module": type("Module", (), {"load_shared": None})})()), (
+        "a module that imports load_shared runs a shared cell's copy")
     assert not runs_helpers(type("NbvalCell", (), {})()), "an nbval cell has no module"
     assert not runs_helpers(type("Item", (), {"module": __import__("support.shared_checks", fromlist=["shared_checks"])})())
 

@@ -1,5 +1,5 @@
 """tools/make_photo_zip.py, the script an instructor runs to make notebook 03's photo zip: real folders and real
-zips in a temporary folder; the round trip through the notebook's own unpacking is in test_03_bird.py."""
+zips in a temporary folder; the round trip through the notebook's own unpacking is in test_03_photo_zip.py."""
 import subprocess
 import sys
 import zipfile

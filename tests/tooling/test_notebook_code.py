@@ -93,3 +93,20 @@ def test_cell_source_names_a_code_cell_or_fails():
     assert cell_source("01", "gpu-answer").strip()
     with pytest.raises(AssertionError, match="no-such-cell"):
         cell_source("01", "no-such-cell")
+
+
+def test_load_shared_gives_a_shared_cells_own_names_from_the_first_notebook_that_carries_it():
+    from support.notebook_code import load_shared, shared_cell_carrier, shared_copy_of, shared_names
+
+    assert shared_cell_carrier("shared_setup.py") == "01" and shared_cell_carrier("datasheet.py") == "01"
+    assert shared_cell_carrier("process_plumbing.py") == "06"
+    datasheet = load_shared("datasheet.py")
+    assert sorted(vars(datasheet)) == sorted(shared_names("datasheet.py"))
+    assert {"datasheet", "form_factor", "DATASHEETS"} <= set(vars(datasheet))
+    assert "arch_supported" not in vars(datasheet), "01's own helpers are not the shared cell's"
+    # run from 01's helper file, so that coverage.py measures the copy; its globals are 01's
+    assert datasheet.datasheet.__code__.co_filename == str(helper_file("01"))
+    assert "pd" in datasheet.datasheet_table.__globals__
+    copies = [cell.get("id") for cell in read(notebook_path("09")).cells
+              if shared_copy_of(cell) == "datasheet.py"]
+    assert len(copies) == 1

@@ -123,6 +123,18 @@ def test_on_the_repository_check_names_the_file_in_tools_shared_cells(tmp_path):
     assert "edit tools/shared_cells/datasheet.py, not the copy" in found.stdout
 
 
+def test_check_names_the_tests_of_the_shared_cell_whose_copy_differs(tmp_path):
+    for path in NOTEBOOKS:
+        shutil.copy(path, tmp_path / path.name)
+    edit(next(tmp_path.glob("08_*.ipynb")), "#@title Shared torchrun helpers: ", lambda source: source + "\n#")
+    found = run_tool("--check", "--folder", str(tmp_path))
+    assert found.returncode == 1
+    assert ("edit tools/shared_cells/torchrun_helpers.py, not the copy, then run tools/sync_cells.py and "
+            "its tests, tests/shared_cells/test_torchrun_helpers.py") in found.stdout
+    for shared in sync_cells.SHARED:  # every shared cell's tests are where the message sends you
+        assert sync_cells.test_file(shared).is_file(), f"{sync_cells.test_file(shared)} is missing"
+
+
 def test_a_copy_of_the_plumbing_edited_in_06_is_found_like_any_other(folder):
     copy = next((folder / "notebooks").glob("06_*.ipynb"))  # once the source, now a copy
     edit(copy, "#@title Plumbing: ", lambda source: source.replace('encoding="utf-8"', ""))

@@ -27,6 +27,13 @@ def pick_device():
     return torch.device("cpu")
 
 
+def not_the_cpu(device):
+    """A device other than the CPU to show device errors with: `device` itself when it is a GPU
+    (or another accelerator), else the `meta` device, a stand-in whose tensors have a shape but no
+    numbers."""
+    return torch.device("meta") if device.type == "cpu" else device
+
+
 def find_data_dir(start=None):
     """The repository's data/ folder inside the repository, else data/ in the working folder."""
     start = Path.cwd() if start is None else Path(start)

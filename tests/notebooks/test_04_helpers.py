@@ -1,14 +1,10 @@
-"""Tests of notebook 04 (When does the GPU win?): its helpers called with made-up inputs, its cells' GPU
-sides run with stand-ins, and each exercise's check given a likely wrong answer.
-
-`load_helpers("04")` loads only the notebook's imports, functions and literal constants; `run_cell` runs
-one cell, its top-level work too, in a namespace the test builds. Nothing here needs a GPU. The shared
-timing function `time_it` is tested once, in test_shared_setup.py.
-"""
+"""Notebook 04's helpers called with made-up inputs, and run for real on the CPU where they time: the
+article's models and data, the naive timer, the training timer, the crossover and break-even, the cost
+model's fits on synthetic timings, the sentences and verdicts on each side of their edges, the layer
+report, the busy-machine check and rounding the tables. The shared timing function time_it is tested once,
+in tests/shared_cells/test_shared_setup.py."""
 import math
-import re
 import time
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -16,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from support.notebook_code import REPO, core_cells, load_helpers, notebook_path, read, run_cell
+from support.notebook_code import REPO, load_helpers, run_cell
 
 nb = load_helpers("04")
 
@@ -90,27 +86,10 @@ def test_the_models_start_from_the_same_weights_for_a_seed(he_init, optimizer, k
     assert all(bool((bias == 0).all()) for bias in biases) == he_init  # He initialization zeroes them
 
 
-# --- naive against synchronized timing ----------------------------------------------------------
-
-@pytest.mark.gpu_branch("04", "sync_demo_size: torch.device(device).type == 'cpu'")
-def test_sync_demo_uses_a_large_product_on_a_gpu():
-    assert nb.sync_demo_size(CPU) < nb.sync_demo_size(GPU) == 4096
-    assert nb.sync_demo_size("mps") >= 4096
-    assert 2 * nb.sync_demo_size("cuda") ** 3 > 1e11  # over 100 GFLOPs: milliseconds on any GPU
-
-
 def test_the_naive_timer_takes_the_median_without_synchronizing():
     calls = []
     assert nb.time_it_naive(lambda: calls.append(1) or time.sleep(0.001), repeats=3, warmup=2) > 0
     assert len(calls) == 5
-
-
-@pytest.mark.gpu_branch("04", "describe_sync_demo: device_type == 'cpu'")
-def test_sync_demo_reads_its_own_numbers():
-    gpu = nb.describe_sync_demo("cuda", naive_s=20e-6, synchronized_s=25e-3)
-    assert gpu.startswith("cuda: naive 0.02 ms, synchronized 25 ms.") and "1,250 times too small" in gpu
-    cpu = nb.describe_sync_demo("cpu", naive_s=30e-3, synchronized_s=31e-3)
-    assert "agree within 3%" in cpu and "synchronous" in cpu
 
 
 @pytest.mark.parametrize("synchronized_s, agree", [(1.24, True), (1.25, False), (0.76, True), (0.75, False)])
@@ -123,51 +102,6 @@ def test_cpu_sync_verdict_at_its_edge(synchronized_s, agree):
 def test_gpu_sync_verdict_at_its_edge(synchronized_s, too_small):
     text = nb.describe_sync_demo("cuda", naive_s=1.0, synchronized_s=synchronized_s)
     assert ("times too small" in text) == too_small and ("differ by only" in text) == (not too_small)
-
-
-class CudaCalls:
-    """torch.cuda as a CUDA machine shows it: synchronize and get_device_name, each call recorded."""
-
-    def __init__(self):
-        self.synchronized = []
-
-    def synchronize(self, device=None):
-        self.synchronized.append(device)
-
-    def get_device_name(self, device=None):
-        return "Tesla T4"
-
-
-class TorchWithCuda:
-    """The torch module, but with the CudaCalls above, and tensors asked for on "cuda" made on the CPU."""
-
-    def __init__(self, cuda):
-        self.cuda = cuda
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    def randn(self, *size, device=None):
-        return torch.randn(*size)
-
-    def zeros(self, *size, device=None):
-        return torch.zeros(*size)
-
-
-def test_the_synchronize_demo_on_a_cuda_gpu_synchronizes_before_the_correct_timing():
-    """On a GPU the cell lets the naive timing's queued work finish, then times with time_it on the GPU
-    (time_it's own synchronizing: test_shared_setup.py)."""
-    events = []
-    space = helpers_and(DEVICES=[GPU], torch=TorchWithCuda(CudaCalls()),
-                        sync_demo_size=lambda device: 64,  # a CPU multiplies 4096² matrices slowly
-                        time_it_naive=lambda fn: events.append("naive") or 1e-5,
-                        synchronize=lambda device: events.append(("synchronize", device)),
-                        time_it=lambda fn, device: events.append(("time_it", device)) or 25e-3)
-    out = run_cell("04", "sync-demo", space)
-    assert events == ["naive", ("synchronize", GPU), ("time_it", GPU)]
-    assert space["sync_ratios"] == {"cuda": pytest.approx(2500)}
-    assert out.startswith("cuda: naive 0.01 ms, synchronized 25 ms. The naive timing is 2,500 times "
-                          "too small")
 
 
 # --- the sweep ----------------------------------------------------------------------------------
@@ -197,7 +131,7 @@ def test_time_training_runs_on_the_cpu_and_gives_plausible_numbers():
     row = nb.time_training(2, CPU, nb.normalize(points), labels, epochs=2, batch_size=50)
     assert row["depth"] == 2 and row["params"] == expected_parameters(2) and row["epochs"] == 2
     assert row["epoch_s"] > 0 and row["s_per_100_epochs"] == pytest.approx(100 * row["epoch_s"])
-    assert 0 < nb.launch_overhead_seconds(CPU, calls=20) < 0.01
+    assert 0 < nb.bare_operation_seconds(CPU, calls=20) < 0.01
     assert nb.flop_per_second(CPU, size=64) > 1e6
 
 
@@ -250,29 +184,6 @@ def test_crossover_sentence_for_the_cpu_alone_a_crossing_and_no_crossing():
     assert nb.describe_points([]) == "no point"
 
 
-def test_side_by_side_shows_the_cpu_alone_or_both_devices_and_the_speedup():
-    results = played_back_results()
-    assert list(nb.side_by_side(results).columns) == ["params", "cpu_s"]
-    comparison = nb.side_by_side(results, "cuda")
-    assert comparison.index.tolist() == list(range(2, 13))
-    assert (comparison.speedup == comparison.cpu_s / comparison.gpu_s).all()
-    assert comparison.speedup.iloc[0] < 1 < comparison.speedup.iloc[-1]  # the GPU loses small, wins large
-
-
-def test_plot_timings_draws_this_run_saved_runs_and_each_crossover():
-    import matplotlib.pyplot as plt
-
-    results = played_back_results()
-    current = [("cpu (this run)", results[results.device == "cpu"]),
-               ("cuda (this run)", results[results.device == "cuda"])]
-    figure = nb.plot_timings(current, [("saved", results[results.device == "cpu"])], [1e5, 2e6])
-    axis = figure.axes[0]
-    assert [line.get_linestyle() for line in axis.lines[:3]] == ["-", "-", "--"]
-    assert len(axis.lines) == 5 and axis.get_xscale() == axis.get_yscale() == "log"  # + two crossovers
-    assert "parameters" in axis.get_xlabel() and "(s, log scale)" in axis.get_ylabel() and axis.get_title()
-    plt.close(figure)
-
-
 def test_results_filename_and_loading(tmp_path):
     name = nb.results_filename("cpu", "Alice's Laptop (8 cores)", "2026-01-31")
     assert name == "04_disc_timings_cpu_alice-s-laptop-8-cores_2026-01-31.csv"
@@ -296,21 +207,6 @@ def test_reference_results_are_a_full_size_cpu_run():
     assert table.depth.tolist() == list(range(2, 13)) and (table.batch_size == 100).all()
     assert table.params.tolist() == [expected_parameters(depth) for depth in range(2, 13)]
     assert nb.RESULT_COLUMNS <= set(table.columns) and (table.s_per_100_epochs > 0).all()
-
-
-# --- Step 4: two numbers, and the break-even they give ------------------------------------------
-
-def test_the_fixed_cost_is_read_off_the_smallest_model_of_the_sweep():
-    """A sweep made by the cost model from known numbers: Step 4's table gives those numbers back."""
-    space = helpers_and(DEVICES=[CPU, GPU], DEPTHS=list(range(2, 13)), results=played_back_results(),
-                        torch=TorchWithCuda(CudaCalls()), time_it=lambda fn, device, repeats: 0.125)
-    run_cell("04", "device-numbers", space)
-    machine = space["machine"]
-    assert machine.index.tolist() == ["cpu", "cuda"] and machine.name.tolist() == ["x86_64 CPU (AVX2)",
-                                                                                   "Tesla T4"]
-    # depth 2: 18 operations of 20 µs (40 µs on the GPU) and 9,600 FLOPs of arithmetic per step
-    assert machine.fixed_cost_us.tolist() == pytest.approx([20.0, 40.0], rel=1e-3)
-    assert machine.gflop_per_s.tolist() == pytest.approx([2 * 2048**3 / 0.125 / 1e9] * 2)
 
 
 def test_prediction_sentences_on_each_side_of_the_break_even():
@@ -338,109 +234,6 @@ def test_the_cpu_alone_says_how_many_flops_each_extra_microsecond_needs():
     assert "than this CPU's 20.0 µs needs 50,000 FLOPs per operation (1 µs × 50.0 GFLOP/s)" in sentence
 
 
-# --- A T4 run of the sweep, played back: step times made by the cost model from numbers like a Colab T4's
-# (launch-bound for every depth of the sweep) beside its 2-core CPU.
-T4_CPU = (20e-6, 50e9)  # seconds per operation, FLOP/s: the CPU adds its two costs
-T4_GPU = (40e-6, 8e12)  # the GPU overlaps them
-
-
-def played_back_results(depths=range(2, 13), batch_sizes=(100,), epochs=20):
-    rows = []
-    for device, (overhead, throughput), overlap in (("cpu", T4_CPU, False), ("cuda", T4_GPU, True)):
-        for batch_size in batch_sizes:
-            for depth in depths:
-                step_s = float(nb.predict_step_seconds(nb.launches_per_step(depth),
-                                                       nb.step_flops(depth, batch_size),
-                                                       overhead, throughput, overlap))
-                epoch_s = math.ceil(1000 / batch_size) * step_s
-                rows.append({"device": device, "name": "Tesla T4" if overlap else "x86_64 CPU (AVX2)",
-                             "depth": depth, "params": expected_parameters(depth),
-                             "batch_size": batch_size, "epochs": epochs, "epoch_s": epoch_s,
-                             "s_per_100_epochs": 100 * epoch_s})
-    return pd.DataFrame(rows)
-
-
-@pytest.mark.gpu_branch("04", "cell sweep-plot: len(DEVICES) > 1")
-@pytest.mark.gpu_branch("04", "cell break-even: len(DEVICES) == 1")
-@pytest.mark.gpu_branch("04", "cell fitted-break-even: device.type != 'cpu'")
-@pytest.mark.gpu_branch("04", "cell fitted-break-even: gpu_fit is not None")
-@pytest.mark.gpu_branch("04", "cell batch-read: len(DEVICES) > 1")
-def test_the_cpu_against_gpu_cells_of_a_t4_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
-    machine = pd.DataFrame({"name": ["x86_64 CPU (AVX2)", "Tesla T4"], "fixed_cost_us": [20.0, 40.0],
-                            "gflop_per_s": [50.0, 8000.0]}, index=pd.Index(["cpu", "cuda"], name="device"))
-    batch_results = played_back_results(depths=[2, 6, 10, 11], batch_sizes=(10, 100, 1000), epochs=5)
-    batch_results["model_epoch_s"] = batch_results.epoch_s
-    reported = []
-    space = helpers_and(device=GPU, DEVICES=[CPU, GPU], DEPTHS=list(range(2, 13)), EPOCHS=20, FAST=False,
-                        DATA_DIR=tmp_path, results=played_back_results(), machine=machine,
-                        sync_ratios={"cpu": 1.0, "cuda": 1250.0}, batch_results=batch_results,
-                        report_figures=lambda **figures: reported.append(figures))
-    out = ""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*non-interactive", category=UserWarning)  # plt.show, Agg
-        for cell_id in ("sweep-plot", "sweep-table", "save-results", "break-even", "figures", "fit",
-                        "cost-plot", "fitted-break-even", "batch-read"):
-            out += run_cell("04", cell_id, space)
-
-    (crossover,) = space["crossovers"]
-    assert expected_parameters(7) < crossover < expected_parameters(9)
-    assert list(space["comparison"].columns) == ["params", "cpu_s", "gpu_s", "speedup"]
-    assert f"The curves of the CPU and cuda cross at {crossover:,.0f} parameters." in out
-    assert "cuda: break-even at 1,000,000 FLOPs per operation; the 9-layer model" in out
-    assert "Only the CPU was measured" not in out
-
-    saved = sorted(path.name for path in tmp_path.glob("04_disc_timings_*.csv"))
-    assert [name.split("_")[3] for name in saved] == ["cpu", "cuda"]
-    assert set(pd.read_csv(next(tmp_path.glob("04_disc_timings_cuda_*.csv"))).device) == {"cuda"}
-
-    assert reported == [{"crossover_params": round(crossover), "crossovers": 1, "epochs": 20,
-                         "cpu_fixed_cost_us": 20.0, "cpu_matmul_gflop_per_s": 50.0,
-                         "cpu_synchronized_over_naive": 1.0, "cuda_fixed_cost_us": 40.0,
-                         "cuda_matmul_gflop_per_s": 8000.0, "cuda_synchronized_over_naive": 1250.0}]
-
-    assert "cuda (larger of the two): fitted overhead 40.0 µs" in out
-    assert "every model of the sweep was launch-bound" in out  # a T4 on this sweep: no arithmetic term
-    assert space["fits"]["cuda"][0] == pytest.approx(40e-6) and space["fits"]["cuda"][1] == math.inf
-    assert space["fits"]["cpu"] == pytest.approx(T4_CPU)
-    assert f"The fitted models cross at: {crossover:,.0f} parameters | measured: {crossover:,.0f}" in out
-    assert "Break-even: cuda wins once an operation carries more than 1,000,000 FLOPs" in out
-    for batch_size in (10, 100, 1000):
-        assert f"Batches of {batch_size}: the CPU and GPU curves cross at" in out
-    crossings = nb.batch_crossovers(batch_results, "cuda")
-    assert crossings[10][0] > crossings[100][0] > crossings[1000][0]  # smaller batches: a later crossover
-    assert all(len(found) == 1 for found in crossings.values())
-    assert "cuda: with batches of 10 an epoch took" in out
-
-
-def test_the_cpu_alone_reports_its_own_figures_and_no_crossover(tmp_path):
-    reported = []
-    cpu_results = played_back_results(depths=[2, 4, 6])
-    cpu_results = cpu_results[cpu_results.device == "cpu"]
-    machine = pd.DataFrame({"fixed_cost_us": [20.04], "gflop_per_s": [50.04]}, index=["cpu"])
-    space = helpers_and(device=CPU, DEVICES=[CPU], DEPTHS=[2, 4, 6], EPOCHS=5, FAST=True, DATA_DIR=tmp_path,
-                        results=cpu_results, machine=machine, sync_ratios={"cpu": 1.04},
-                        report_figures=lambda **figures: reported.append(figures))
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*non-interactive", category=UserWarning)
-        out = "".join(run_cell("04", cell_id, space)
-                      for cell_id in ("sweep-plot", "sweep-table", "save-results", "break-even", "figures"))
-    assert space["crossovers"] == [] and list(space["comparison"].columns) == ["params", "cpu_s"]
-    assert "Only the CPU was measured: no crossover to find." in out
-    assert "Only the CPU was measured. Its operations carry 533 (2 layers)" in out
-    assert list(tmp_path.glob("*.csv")) == []  # fast mode saves nothing
-    assert reported == [{"crossover_params": None, "crossovers": 0, "epochs": 5, "cpu_fixed_cost_us": 20.04,
-                         "cpu_matmul_gflop_per_s": 50.0, "cpu_synchronized_over_naive": 1.0}]
-
-
-def test_report_figures_is_called_once_in_the_core():
-    notebook = read(notebook_path("04"))
-    core = {cell.get("id") for cell in core_cells(notebook)}
-    calls = [cell.get("id") for cell in notebook.cells if "report_figures(" in cell.source
-             and not cell.source.startswith("#@title Shared setup")]
-    assert calls == ["figures"] and "figures" in core
-
-
 # --- Going deeper A: why the deep models do not learn -------------------------------------------
 
 def test_default_init_makes_the_signal_vanish_and_he_init_keeps_it():
@@ -461,7 +254,7 @@ def test_accuracy_counts_the_points_classified_right():
         model.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
         model.bias.zero_()
     inputs = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 1.0], [0.0, 3.0]])
-    assert nb.accuracy(model, inputs, torch.tensor([0, 1, 1, 1])) == 0.75
+    assert nb.training_accuracy(model, inputs, torch.tensor([0, 1, 1, 1])) == 0.75
 
 
 @pytest.mark.parametrize("accuracy, learned", [(51.0, True), (50.9, False)])
@@ -598,30 +391,11 @@ def test_break_even_with_an_overlapping_gpu_is_steps_4_formula():
     assert nb.break_even_flops_per_launch(5e-6, 1e11, 5e-6, 1e11, overlap_b=False) == math.inf  # a tie
 
 
-def test_the_fitted_crossovers_match_the_measured_ones():
-    results = played_back_results()
-    comparison = nb.side_by_side(results, "cuda")
-    measured = nb.find_crossovers(comparison.params, comparison.cpu_s, comparison.gpu_s)
-    fitted = nb.fitted_crossovers(list(range(2, 13)), comparison.params, T4_CPU, T4_GPU)
-    assert fitted == pytest.approx(measured) and len(fitted) == 1
-    assert nb.fitted_crossovers([2, 3], [22, 70], T4_CPU, (1e-6, 8e12)) == []  # faster from the start
-
-
 def test_fit_sentence_compares_with_step_4():
     cpu = nb.describe_fit("cpu", False, (24e-6, 68e9), (26e-6, 133e9))
     assert "24.0 µs" in cpu and "0.9 times the 26.0 µs" in cpu and "0.51 times" in cpu and "100 rows" in cpu
     gpu = nb.describe_fit("cuda", True, (10e-6, math.inf), (12e-6, 8e12))
     assert "larger of the two" in gpu and "launch-bound" in gpu and "GFLOP" not in gpu
-
-
-@pytest.mark.gpu_branch("04", "describe_break_even: gpu_fit is None")
-def test_break_even_sentence():
-    cpu_fit, gpu_fit = (5e-6, 100e9), (10e-6, 8e12)
-    assert "500,000 FLOPs" in nb.describe_break_even(cpu_fit, gpu_fit, "cuda")
-    assert "every model" in nb.describe_break_even(cpu_fit, (1e-6, 8e12), "cuda")
-    assert "never catches up" in nb.describe_break_even(cpu_fit, (10e-6, 1e10), "cuda")
-    assert "100,000 FLOPs per operation" in nb.describe_break_even(cpu_fit)  # 1 µs × 100 GFLOP/s
-    assert "no arithmetic term" in nb.describe_break_even((20e-6, math.inf))
 
 
 @pytest.mark.parametrize("throughput, below", [(8e9, False), (7.99e9, True)])
@@ -652,41 +426,11 @@ def test_batch_verdict_at_its_edge(worst, warned):
     assert ("other programs" in text) == warned
 
 
-# --- Going deeper D: a cold start, Timer, a busy machine -------------------------------------------
-
-@pytest.mark.gpu_branch("04", "describe_cold_warm: device_type == 'cpu'")
-def test_cold_warm_sentence_reads_the_numbers():
-    cold = nb.describe_cold_warm("cuda", cold_s=0.9, warm_s=0.03)
-    assert "900 ms" in cold and "30.0 times" in cold and "start-up" in cold
-    cpu = nb.describe_cold_warm("cpu", cold_s=0.047, warm_s=0.026)
-    assert "47 ms" in cpu and "1.8 times" in cpu and "On a GPU" in cpu
-
-
 @pytest.mark.parametrize("cold_s, start_up", [(1.2, True), (1.19, False)])
 def test_cold_warm_verdict_at_its_edge(cold_s, start_up):
     text = nb.describe_cold_warm("cuda", cold_s=cold_s, warm_s=1.0)
     assert ("one-time start-up" in text) == start_up and ("no real start-up" in text) == (not start_up)
     assert "On a GPU" not in text  # only the CPU's sentence says what a GPU would show
-
-
-@pytest.mark.parametrize("accelerator", ["mps", "xpu"])
-def test_benchmark_timer_synchronizes_an_accelerator_after_every_run(monkeypatch, accelerator):
-    """Timer synchronizes MPS only from PyTorch 2.9: the notebook's timed statement synchronizes itself."""
-    events = []
-    monkeypatch.setattr(torch.accelerator, "synchronize", lambda device=None: events.append("sync"))
-    monkeypatch.setattr(torch.mps, "synchronize", lambda: events.append("sync"))  # shared cell, MPS
-    nb.benchmark_timer(lambda: events.append("run"), torch.device(accelerator)).timeit(number=5)
-    runs = [index for index, event in enumerate(events) if event == "run"]
-    # each run is followed by a synchronize (Timer's own clock may synchronize as well: extra ones are fine)
-    assert len(runs) >= 5 and all(index + 1 < len(events) and events[index + 1] == "sync" for index in runs)
-
-
-def test_benchmark_timer_synchronizes_a_cuda_gpu_after_every_run(monkeypatch):
-    events = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(("sync", device)))
-    nb.benchmark_timer(lambda: events.append("run"), GPU).timeit(number=5)
-    runs = [index for index, event in enumerate(events) if event == "run"]
-    assert len(runs) >= 5 and all(events[index + 1] == ("sync", GPU) for index in runs), events
 
 
 def test_benchmark_timer_on_the_cpu_measures_the_work(monkeypatch):
@@ -725,173 +469,12 @@ def test_the_busy_check_times_seven_epochs_alone_and_reads_their_spread(epoch_se
 
 # --- the tables a learner reads are rounded ---------------------------------------------------------
 
-def test_readable_rounds_floats_to_three_significant_digits():
+def test_rounded_values_rounds_floats_to_three_significant_digits():
     table = pd.DataFrame({"name": ["a", "b", "c"], "params": [22, 70, 11_201_190],
                           "dead_pct": [37.50000059604645, 0.0, math.nan],
                           "spread": [0.27203512, 0.000105861, 12345.678]})
-    shown = nb.readable(table)
+    shown = nb.rounded_values(table)
     assert shown.dead_pct.tolist()[:2] == [37.5, 0.0] and math.isnan(shown.dead_pct.iloc[2])
     assert shown.spread.tolist() == [0.272, 0.000106, 12300.0]
     assert shown.params.tolist() == [22, 70, 11_201_190] and shown.name.tolist() == ["a", "b", "c"]
-    assert nb.readable(pd.DataFrame({10: [1.23456], 100: [0.5]}))[10].tolist() == [1.23]  # pivot columns
-
-
-# --- the GPU branches of the helpers, run on the CPU with stand-ins shaped like the real torch API ----
-
-@pytest.mark.gpu_branch("04", "devices_to_compare: device.type != 'cpu'")
-def test_devices_to_compare_holds_the_cpu_and_the_accelerator():
-    assert nb.devices_to_compare(CPU) == [CPU]
-    for accelerator in (GPU, torch.device("mps"), torch.device("cuda", 1)):
-        assert nb.devices_to_compare(accelerator) == [CPU, accelerator]
-
-
-@pytest.mark.gpu_branch("04", "describe_device: device.type == 'cuda'")
-@pytest.mark.gpu_branch("04", "describe_device: device.type == 'cpu'")
-def test_describe_device_names_a_cuda_gpu_by_its_name(monkeypatch):
-    asked = []
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: asked.append(device) or "Tesla T4")
-    assert nb.describe_device(GPU) == "Tesla T4" and asked == [GPU]
-    assert nb.describe_device(CPU).endswith(f"CPU ({torch.backends.cpu.get_cpu_capability()})")
-    assert nb.describe_device(torch.device("mps")) == "mps" and len(asked) == 1
-
-
-# --- the exercises: each check given a likely wrong answer -------------------------------------------
-
-def naive_median_timer(fn, device, repeats=3):
-    """Exercise 1 as a learner may finish it: the median, but no synchronize."""
-    fn()
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        seconds.append(time.perf_counter() - start)
-    return float(np.median(seconds))
-
-
-@pytest.mark.exercise("04", "timer")
-def test_a_timer_without_synchronize_is_told_that_the_work_was_still_queued():
-    feedback = nb.check_timer(naive_median_timer, CPU, warm_s=0.02)
-    assert feedback.startswith("NOT YET RIGHT: ") and "still queued" in feedback
-    assert "synchronize(device) after fn(), before you read the clock" in feedback
-
-
-TIMER = """
-def my_timer(fn, device, repeats=3):
-    {warm_up}
-    seconds = []
-    for _ in range(repeats):
-        {before}
-        start = time.perf_counter()
-        fn()
-        {after}
-        seconds.append(time.perf_counter() - start)
-    return {result}
-"""
-
-
-def timer_check_of(**mistakes):
-    """What check_timer says of the timer TIMER with `mistakes` (parts replaced), defined beside the
-    check, where the check's stand-in synchronize replaces the shared one."""
-    parts = {"warm_up": "fn()", "before": "synchronize(device)", "after": "synchronize(device)",
-             "result": "statistics.median(seconds)", **mistakes}
-    space = helpers_and()
-    run_cell("04", "exercise-timer-check", space)
-    exec(TIMER.format(**parts), space)
-    return space["check_timer"](space["my_timer"], CPU, warm_s=0.02)
-
-
-def measured_ms(said):
-    """The milliseconds a timer check's message says the timer measured."""
-    return re.search(r"([\d.]+) ms for work of", said).group(1)
-
-
-@pytest.mark.exercise("04", "timer")
-def test_the_timer_check_names_each_other_mistake():
-    assert timer_check_of().startswith("PASSED: ")
-    assert nb.check_timer(nb.my_time_it_answer, CPU, warm_s=0.02).startswith("PASSED: ")  # the answer cell
-    assert timer_check_of(warm_up="pass") == (
-        "NOT YET RIGHT: asked for 3 timed runs, it ran the work 3 times instead of 4: one warm-up run "
-        "first, then the 3 timed ones.")
-    said = timer_check_of(before="pass")  # the clock starts while the warm-up's work is still queued
-    assert said == (f"NOT YET RIGHT: with repeats=1 it measured {measured_ms(said)} ms for work of 20 ms: "
-                    "the warm-up's work was still queued when the clock started. Call "
-                    "synchronize(device) before you start it.")
-    said = timer_check_of(after="pass")  # the clock stops before the work is done
-    assert said == (f"NOT YET RIGHT: {measured_ms(said)} ms for work of 20 ms: the clock stopped while "
-                    "the work was still queued. Call synchronize(device) after fn(), before you read "
-                    "the clock.")
-    said = timer_check_of(result="statistics.mean(seconds)")  # the pause counts a third
-    assert said == (f"NOT YET RIGHT: {measured_ms(said)} ms for work of 20 ms: one slow run (a pause) "
-                    "counts too much. Return the median of the timed runs.")
-    assert 50 < float(measured_ms(said)) < 70  # (20 + 20 + 140) / 3 ms
-    assert timer_check_of(result="'fast'") == (
-        "NOT YET RIGHT: it returned 'fast' (a str), not a number of seconds.")
-    assert nb.check_timer(lambda fn, device, repeats: ..., CPU).startswith("NOT DONE YET")
-    said = nb.check_timer(lambda fn, device, repeats: 1 / 0, CPU)  # exercise_check says where
-    assert said.startswith("NOT YET RIGHT: your <lambda> raised ZeroDivisionError: division by zero at line ")
-    assert nb.check_timer.__globals__["synchronize"] is nb.synchronize  # the shared one is back
-
-
-@pytest.mark.exercise("04", "batch")
-def test_a_break_even_that_forgets_the_batch_size_is_told_which_batch():
-    def gpu_wins(depth, batch_size, cpu, gpu):
-        flop_per_op = nb.step_flops(depth) / nb.launches_per_step(depth)  # batches of 100, always
-        return flop_per_op > (gpu[0] - cpu[0]) * cpu[1]
-
-    feedback = nb.check_batch(gpu_wins)
-    flop_per_op = nb.step_flops(9, 10) / nb.launches_per_step(9)  # batches of 10: below the break-even
-    assert feedback == (f"NOT YET RIGHT: for the 9-layer model with batches of 10 (CPU 20 µs and 50 GFLOP/s, "
-                        f"GPU 40 µs and 8,000 GFLOP/s) it says True, the cost model False: an operation "
-                        f"carries {flop_per_op:,.0f} FLOPs, the break-even is 1,000,000.")
-
-    def gpu_wins_without_return(depth, batch_size, cpu, gpu):
-        flop_per_op = nb.step_flops(depth, batch_size) / nb.launches_per_step(depth)
-        flop_per_op > (gpu[0] - cpu[0]) * cpu[1]  # noqa: B015  (the learner forgot `return`)
-
-    assert nb.check_batch(gpu_wins_without_return) == (
-        "NOT YET RIGHT: for the 2-layer model with batches of 100 gpu_wins returned None (a NoneType), not "
-        "True or False.")
-
-
-def test_the_batch_check_tells_not_done_from_wrong():
-    not_done = nb.check_batch(lambda depth, batch_size, cpu, gpu: ...)
-    assert not_done == "NOT DONE YET: gpu_wins still returns `...`."
-    assert nb.check_batch(lambda depth, batch_size, cpu, gpu: ... > 1).startswith("NOT DONE YET: replace")
-    said = nb.check_batch(lambda depth, batch_size, cpu, gpu: "a" > 1)  # exercise_check says where
-    assert said.startswith("NOT YET RIGHT: your <lambda> raised TypeError: '>' not supported between ")
-    without_the_cpu = nb.check_batch(
-        lambda depth, b, cpu, gpu: nb.step_flops(depth, b) / nb.launches_per_step(depth) > gpu[0] * cpu[1])
-    assert without_the_cpu.startswith("NOT YET RIGHT: for the 9-layer model with batches of 100 ")
-    assert all(nb.gpu_faster_by_the_cost_model(depth, 100, (30e-6, 50e9), (10e-6, 8e12)) for depth in DEPTHS)
-
-
-@pytest.mark.exercise("04", "width")
-def test_widths_with_one_layer_too_many_are_told_how_many_widths_a_depth_needs():
-    feedback = nb.check_widths(lambda depth, width=256: [2] + [width] * depth + [2])
-    assert feedback == ("NOT YET RIGHT: for depth 2 it gives [2, 256, 256, 2], expected [2, 256, 2]: "
-                        "2 Linear layers need 3 widths, the 2 inputs first and the 2 classes last.")
-    assert nb.check_widths(lambda depth: ...) == "NOT DONE YET: constant_widths still returns `...`."
-
-    def printed_widths(depth, width=256):  # printed, not returned
-        print([2] + [width] * (depth - 1) + [2])
-
-    assert nb.check_widths(printed_widths) == (
-        "NOT YET RIGHT: for depth 2 it returned None (a NoneType), not a list of widths.")
-    passed = nb.check_widths(lambda depth, width=256: [2] + [width] * (depth - 1) + [2])
-    assert passed.startswith("PASSED. FLOPs per operation with batches of 100: 2 layers 34,133, 3 layers")
-    assert passed.endswith(". From 3 to 12 layers they grow 2.6 times in all, toward 4,915,200 "
-                           "(6 × 100 × 256² ÷ 8), which no depth reaches.")
-
-
-def test_the_flops_per_operation_of_one_width_creep_up_toward_a_ceiling_no_depth_reaches():
-    # what Exercise 3's good answer says the check prints: from 3 layers on, each extra layer adds the same
-    # 256 x 256 weights and 8 operations, so the FLOPs per operation grow ever more slowly, below a ceiling
-    def per_operation(depth, width=256):
-        weights = 2 * width + (depth - 2) * width * width + width * 2
-        return 6 * 100 * weights / nb.launches_per_step(depth)
-
-    ceiling = 6 * 100 * 256 * 256 / 8
-    rises = [per_operation(depth + 1) - per_operation(depth) for depth in range(3, 200)]
-    assert all(rise > 0 for rise in rises) and rises == sorted(rises, reverse=True)
-    assert per_operation(10_000) < ceiling and per_operation(10_000) > 0.999 * ceiling
-    assert (round(per_operation(3)), round(per_operation(12))) == (1_536_000, 4_018_678)
+    assert nb.rounded_values(pd.DataFrame({10: [1.23456], 100: [0.5]}))[10].tolist() == [1.23]  # pivot columns
