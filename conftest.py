@@ -92,14 +92,15 @@ def pytest_runtest_call(item):
     result = yield
     outputs, cell = getattr(item, "test_outputs", None), getattr(item, "cell", None)
     if outputs is not None and cell is not None:  # an nbval cell (nbval.plugin.IPyNbCell)
-        from support.verdicts import (describe_missing, missing_verdicts, printed_text, shows_something,
-                              starter_and_answer_verdicts)
+        from support.verdicts import (describe_missing, missing_verdicts, printed_text, record_cell_verdict,
+                                      shows_something, starter_and_answer_verdicts)
 
         notebook = item.path.name[:2]
         missing = missing_verdicts(notebook, cell.get("id"), outputs)
         if missing:
             raise AssertionError(describe_missing(notebook, cell.get("id"), missing, outputs))
-        wrong = starter_and_answer_verdicts(cell.get("id"), printed_text(outputs))
+        wrong = (starter_and_answer_verdicts(cell.get("id"), printed_text(outputs))
+                 or record_cell_verdict(cell.get("source", ""), printed_text(outputs)))
         if wrong:
             raise AssertionError(wrong)
         shown = shows_something(cell.get("source", ""), outputs)

@@ -25,7 +25,7 @@ HARDWARE = ("Colab T4", "Kaggle T4 x2")
 # Where a verdict must hold (tests/support/verdicts.py says how each is told) and where a promise is searched.
 SITUATIONS = ("always", "cpu", "gpu", "offline", "triton", "cpu_compiler")
 PLACES = ("title", "core", "notebook")  # what a class is taught on: one T4, or Kaggle's two
-EVERY_NOTEBOOK_CARRIES = ("install.py", "shared_setup.py")  # tools/shared_cells/ files in every notebook
+EVERY_NOTEBOOK_CARRIES = ("install.py", "shared_setup.py", "run_record.py")  # in every notebook
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,7 @@ class Notebook:
     allowed_asserts: tuple = ()
     verdicts: tuple = ()
     promises: tuple = ()
+    internet: bool = False  # it downloads (notebook 03's photos): Kaggle's metadata asks for Internet on
 
     @property
     def path(self):

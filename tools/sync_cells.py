@@ -20,6 +20,7 @@ sources themselves are wrong (a file TITLES names is missing, or one it does not
 """
 import argparse
 import ast
+import hashlib
 import re
 import sys
 from dataclasses import dataclass
@@ -49,15 +50,19 @@ class Shared:
     keep: tuple = ()  # top-level names whose assignment each copy keeps as its own
 
 
+RECORD_TITLE = "#@title Your run: "  # the record cell's first line (tools/shared_cells/run_record.py)
+SETUP_TITLE = "#@title Shared setup: "
+
 # Each shared cell's file and the start of its first line. Which notebooks carry it is each notebook's
 # `shared_cells` in notebooks/manifest.toml (install.py and shared_setup.py: every notebook);
 # tools/shared_cells/README.md says what each file holds.
 TITLES = {
     "install.py": ("#@title Setup, part 1: ", ("PACKAGES",)),
-    "shared_setup.py": ("#@title Shared setup: ", ()),
+    "shared_setup.py": (SETUP_TITLE, ("NOTEBOOK_VERSION",)),
     "datasheet.py": ("#@title The datasheet table: ", ()),
     "process_plumbing.py": ("#@title Plumbing: run programs with a time limit", ()),
     "torchrun_helpers.py": ("#@title Shared torchrun helpers: ", ()),
+    "run_record.py": (RECORD_TITLE, ("CORE_CELLS",)),
     "compile_helpers.py": ("#@title Shared compile helpers: ", ()),
     "rounds.py": ("#@title Shared timing rounds: ", ()),
 }
@@ -343,19 +348,96 @@ def read_notebooks(paths):
     return {number: nbformat.read(str(path), as_version=4) for number, path in paths.items()}
 
 
-def differences(paths, source_dir=None, glossary=None):
-    """[(number, what is wrong)] for every copy that differs from its source, is missing or is doubled,
-    and every words cell that GLOSSARY.md would make otherwise. Changes nothing."""
-    read = read_notebooks(paths)
-    found = [(copy.number, copy.problem) for copy in copies(read, read_sources(source_dir), source_dir)
-             if copy.problem]
-    return found + words_problems(read, glossary)
+# ---- What each notebook carries of its own: its metadata, its core's cells, its version -----------
+
+CORE_CELLS_NAME = "CORE_CELLS"
 
 
-def sync(paths, source_dir=None, glossary=None):
-    """Rewrite every copy that differs and every words cell; returns ([(number, what was rewritten)],
-    [(number, what could not be mended)]): a missing or doubled copy is left for a person to mend."""
-    read = read_notebooks(paths)
+def wanted_metadata(entry):
+    """The notebook metadata Colab and Kaggle read (notebooks/manifest.toml's entry says which
+    notebook needs the internet): a GPU runtime, a T4 on Colab, Kaggle's T4 x2, the only T4 it offers."""
+    return {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []},
+            "kaggle": {"accelerator": "nvidiaTeslaT4", "dataSources": [], "isGpuEnabled": True,
+                       "isInternetEnabled": bool(entry.internet), "language": "python",
+                       "sourceType": "notebook"}}
+
+
+def core_sections(notebook):
+    """[(cell index, 'Setup' or 'Step N')] of the core's code cells after the shared setup cell, the
+    record cell left out: the cells whose runs the record cell adds up."""
+    from anatomy import STEP, headings, summary_index
+
+    end = summary_index(notebook)
+    if end is None:
+        return []
+    marks = headings(notebook)
+    setup = next((index for index, cell in enumerate(notebook.cells) if cell.cell_type == "code"
+                  and cell.source.startswith(SETUP_TITLE)), None)
+    found = []
+    for index, cell in enumerate(notebook.cells[:end]):
+        if cell.cell_type != "code" or setup is None or index <= setup or \
+                cell.source.startswith(RECORD_TITLE):
+            continue
+        heading = next((text for at, text in reversed(marks) if at < index), "Setup")
+        step = STEP.match(heading)
+        found.append((index, "Step " + step.group(1) if step else heading))
+    return found
+
+
+def cell_key(source):
+    """The key of a cell's source, as the shared setup cell's CellClock computes it."""
+    return hashlib.sha256(source.strip().encode("utf-8")).hexdigest()[:10]
+
+
+def core_cells_text(notebook):
+    """The record cell's assignment of CORE_CELLS for this notebook, three cells to a line."""
+    pairs = [f"({cell_key(notebook.cells[index].source)!r}, {section!r})"
+             for index, section in core_sections(notebook)]
+    lines = [f"{CORE_CELLS_NAME} = ["]
+    lines += ["    " + ", ".join(pairs[start:start + 3]) + "," for start in range(0, len(pairs), 3)]
+    return "\n".join(lines + ["]"])
+
+
+def with_assignment(source, name, text):
+    """`source` with its top-level assignment to `name` replaced by `text`."""
+    span = assignment_spans(source, (name,)).get(name)
+    if span is None:
+        raise ValueError(f"no top-level assignment to {name}")
+    lines = source.split("\n")
+    lines[span[0] - 1:span[1]] = text.split("\n")
+    return "\n".join(lines)
+
+
+def stamp(notebook, file_name, entry):
+    """Write this notebook's own part into it, in memory: the metadata, the record cell's CORE_CELLS
+    and the setup cell's NOTEBOOK_VERSION (last: the version hashes everything else); returns what
+    changed, in words."""
+    from anatomy import VERSION_LINE, version_line
+
+    changed = []
+    for key, value in wanted_metadata(entry).items():
+        if notebook.metadata.get(key) != value:
+            notebook.metadata[key] = value
+            changed.append(f"its metadata {key!r}")
+    for cell in notebook.cells:
+        if cell.cell_type == "code" and cell.source.startswith(RECORD_TITLE):
+            wanted = with_assignment(cell.source, CORE_CELLS_NAME, core_cells_text(notebook))
+            if wanted != cell.source:
+                cell.source = wanted
+                changed.append(f"its record cell's {CORE_CELLS_NAME}")
+    setups = [cell for cell in notebook.cells
+              if cell.cell_type == "code" and cell.source.startswith(SETUP_TITLE)]
+    for cell in setups:
+        wanted = VERSION_LINE.sub(version_line(file_name, notebook) + "\n", cell.source, count=1)
+        if wanted != cell.source:
+            cell.source = wanted
+            changed.append("its NOTEBOOK_VERSION")
+    return changed
+
+
+def apply_everything(read, paths, source_dir=None, glossary=None):
+    """Every copy, words cell, metadata and stamp written into `read` (in memory); returns
+    ([(number, what was rewritten)], [(number, what could not be mended)])."""
     changed, unmended = [], []
     for copy in copies(read, read_sources(source_dir), source_dir):
         if copy.wanted is None:
@@ -366,6 +448,34 @@ def sync(paths, source_dir=None, glossary=None):
     entries = glossary_entries((glossary or GLOSSARY).read_text())
     changed += [(number, f"its {WORDS_HEADING!r} cell") for number in read
                 if sync_words(read[number], entries)]
+    manifest = notebooks_in_manifest()
+    for number, notebook in read.items():
+        if number in manifest:
+            changed += [(number, what) for what in stamp(notebook, paths[number].name, manifest[number])]
+    return changed, unmended
+
+
+def differences(paths, source_dir=None, glossary=None):
+    """[(number, what is wrong)] for every copy that differs from its source, is missing or is doubled,
+    every words cell that GLOSSARY.md would make otherwise, and every notebook whose metadata, core
+    cells or version the tool would write otherwise. Changes nothing."""
+    read = read_notebooks(paths)
+    found = [(copy.number, copy.problem) for copy in copies(read, read_sources(source_dir), source_dir)
+             if copy.problem]
+    found += words_problems(read, glossary)
+    copied, _ = apply_everything(read, paths, source_dir, glossary)
+    shown = {number for number, _ in found}
+    found += [(number, f"{what} is not what tools/sync_cells.py writes: run it") for number, what in copied
+              if number not in shown and not what.startswith(("the copy of", "its " + repr(WORDS_HEADING)))]
+    return found
+
+
+def sync(paths, source_dir=None, glossary=None):
+    """Rewrite every copy that differs, every words cell, and each notebook's own metadata, core cells
+    and version; returns ([(number, what was rewritten)], [(number, what could not be mended)]): a
+    missing or doubled copy is left for a person to mend. Notebooks are written as nbformat writes them."""
+    read = read_notebooks(paths)
+    changed, unmended = apply_everything(read, paths, source_dir, glossary)
     for number in sorted({number for number, _ in changed}):
         nbformat.write(read[number], str(paths[number]))
     return changed, unmended

@@ -60,7 +60,8 @@ def test_the_figures_rule_on_made_up_notebooks():
     assert figures_rule_problems(notebook(report, summary)) == []
     assert figures_rule_problems(notebook(summary, report)) == [
         "0 cells of the core call report_figures; one is expected, at its end"]
-    assert figures_rule_problems(notebook(report, report, summary, report, report))[:2] == [
+    copies = [nbformat.v4.new_code_cell(report.source, id=f"report-{index}") for index in range(4)]
+    assert figures_rule_problems(notebook(*copies[:2], summary, *copies[2:]))[:2] == [
         "2 cells of the core call report_figures; one is expected, at its end",
         "2 cells after the Summary call report_figures; at most one (Going deeper)"]
     shown = nbformat.v4.new_code_cell("report_figures(x=1)", id="shown")

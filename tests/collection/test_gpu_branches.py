@@ -141,7 +141,7 @@ def number_repeats(branches):
 # The tools/shared_cells/ files whose branches are listed once, under "shared". The other shared cells
 # (datasheet.py, process_plumbing.py, torchrun_helpers.py) are still listed under each notebook that
 # carries them, where tests/notebooks/test_06_ddp.py and test_08_memory.py claim them.
-COUNTED_ONCE = ("install.py", "shared_setup.py", "compile_helpers.py", "rounds.py")
+COUNTED_ONCE = ("install.py", "shared_setup.py", "compile_helpers.py", "rounds.py", "run_record.py")
 
 
 def counted_once_titles():

@@ -112,3 +112,18 @@ def test_a_cell_titled_as_showing_nothing_may_show_only_the_figures_record():
     assert shows_something(title, [table]) == "a display of ['text/html', 'text/plain']"
     assert shows_something("#@title Draw the chart\nplt.show()", [result]) is None
     assert shows_something("print(1)  # (shows nothing)", [result]) is None
+
+
+def test_the_record_cell_must_say_every_core_cell_ran_once_in_order_on_the_test_machine():
+    from support.verdicts import record_cell_verdict
+
+    source = "#@title Your run: minutes per Step\nprint(...)"
+    cpu = {**SITUATIONS, "cpu": lambda: True}
+    gpu = {**SITUATIONS, "cpu": lambda: False}
+    good = ("No CUDA GPU here (cpu), so no GPU record. Minutes per section on this machine: Setup 0.0, "
+            "Step 1 0.2 (core 0.2); every core cell ran once, in order.\n")
+    assert record_cell_verdict(source, good, cpu) is None
+    partial = good.replace("every core cell ran once, in order", "partial: cells skipped: 3")
+    assert "every core cell ran once, in order" in record_cell_verdict(source, partial, cpu)
+    assert record_cell_verdict(source, partial, gpu) is None, "on a GPU the cell shows the record"
+    assert record_cell_verdict("#@title Another cell\nprint(1)", partial, cpu) is None

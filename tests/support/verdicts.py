@@ -147,3 +147,24 @@ def shows_something(source, outputs):
         if any("".join(value) if isinstance(value, list) else value for value in data.values()):
             return f"a display of {sorted(data)}"
     return None
+
+
+# The record cell at the end of every core (tools/shared_cells/run_record.py): in the test run every core
+# cell runs once, in order, and the cell clock must have seen each of them under the key the sync tool
+# wrote into CORE_CELLS (a key that differs, a cell the clock missed, would make every learner's record
+# partial).
+RECORD_CELL_TITLE = "#@title Your run: "
+RECORD_ON_THE_TEST_MACHINE = re.compile(
+    r"^No CUDA GPU here \((cpu|mps)\), so no GPU record\. Minutes per section on this machine: .*; every "
+    r"core cell ran once, in order\.$", re.M)
+
+
+def record_cell_verdict(source, text, situations=SITUATIONS):
+    """What is wrong with the record cell's output in the nbval run (None when nothing is, or when the
+    cell is another): without a GPU it says so and that every core cell ran once, in order."""
+    if not source.startswith(RECORD_CELL_TITLE) or not situations["cpu"]():
+        return None
+    if RECORD_ON_THE_TEST_MACHINE.search(text):
+        return None
+    return ("the record cell must say that there is no GPU here and that every core cell ran once, in "
+            f"order (its CORE_CELLS and the cell clock must agree); it printed: {text[-600:]!r}")

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 import nbformat
 import pytest
 
+from support.clones import clone_of_the_working_tree, fresh_clone, git
 from support.notebook_code import NOTEBOOKS, REPO
 
 sys.path.insert(0, str(REPO / "tools"))
@@ -47,26 +48,11 @@ def run_tool(*args):
                           cwd=REPO)
 
 
-def git(folder, *args):
-    command = ["git", "-C", str(folder), "-c", "user.name=test", "-c",
-               "user.email=test@example.invalid", *args]
-    return subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory):
     """A clone of this repository's HEAD with the working tree's tools and notebooks: a clean
     checkout, whose main is that commit (so main has the working tree's notebook versions)."""
-    folder = tmp_path_factory.mktemp("clone") / "repo"
-    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(folder)],
-                   check=True)
-    for part in ("tools", "records", "notebooks"):  # what the tool reads, as in the working tree
-        shutil.copytree(REPO / part, folder / part, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    git(folder, "add", "-A")
-    git(folder, "commit", "--quiet", "--allow-empty", "-m", "the working tree")
-    git(folder, "update-ref", "refs/heads/main", "HEAD")
-    return folder
+    return clone_of_the_working_tree(tmp_path_factory.mktemp("clone") / "repo")
 
 
 def clone_tool(clone, env):
@@ -373,10 +359,7 @@ def test_a_notebook_record_holds_nothing_it_does_not_need(break_it, where):
 @pytest.fixture
 def throwaway(clone, tmp_path):
     """A fresh clone of `clone` (main: the working tree's notebooks), to accept and render in."""
-    folder = tmp_path / "throwaway"
-    subprocess.run(["git", "clone", "--quiet", str(clone), str(folder)], check=True)
-    git(folder, "update-ref", "refs/heads/main", "refs/remotes/origin/main")
-    return folder
+    return fresh_clone(clone, tmp_path / "throwaway")
 
 
 def accept(folder, record):

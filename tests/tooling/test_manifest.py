@@ -36,7 +36,7 @@ def test_a_notebook_without_an_entry_and_an_entry_without_a_notebook_are_named(t
 
 def test_an_entry_reads_into_its_fields_with_the_shared_cells_every_notebook_carries():
     entry = manifest.parse(GOOD)["11"]
-    assert entry.carries == ("install.py", "shared_setup.py")
+    assert entry.carries == ("install.py", "shared_setup.py", "run_record.py")
     assert entry.taught_calls == ("torch\\.compile\\(", "a", "b")
     assert entry.allowed_stderr == () and entry.test_seconds == {"notebook": 10, "tests": 5}
 

@@ -1,5 +1,6 @@
 #@title Shared setup: helpers, the device and the fast switch (the same cell in every notebook)
 import functools
+import hashlib
 import inspect
 import json
 import linecache
@@ -69,13 +70,14 @@ def time_it(fn, device, repeats=3, warmup=1, clock=time.perf_counter):
 
 
 def hosted_service(modules=None, environ=None):
-    """'Colab' or 'Kaggle' when the notebook runs on that service, else None."""
+    """'Colab' or 'Kaggle' when the notebook runs on that service, else None. Kaggle first: its
+    image is built on Colab's, so google.colab may be there too."""
     modules = sys.modules if modules is None else modules
     environ = os.environ if environ is None else environ
-    if "google.colab" in modules:
-        return "Colab"
     if "KAGGLE_KERNEL_RUN_TYPE" in environ:
         return "Kaggle"
+    if "google.colab" in modules:
+        return "Colab"
     return None
 
 
@@ -101,10 +103,15 @@ def figures_record(device, fast, fallback, figures):
             "figures": json.loads(json.dumps(figures, default=str))}
 
 
+FIGURES_REPORTED = []  # what report_figures showed, in order: the record cell reads the core's
+
+
 def report_figures(fallback=None, **figures):
     """Show the figures this notebook measured as one machine-readable output (tools/gpu_run.py
-    records them); `fallback` says what stood in for the real thing, if anything did."""
+    records them), and keep them for the record cell; `fallback` says what stood in for the real
+    thing, if anything did."""
     record = figures_record(device, FAST, fallback, figures)
+    FIGURES_REPORTED.append(record)
     display({FIGURES_MIME: record, "text/plain": ""}, raw=True)  # no text: a learner sees nothing
 
 
@@ -198,6 +205,56 @@ def exercise_check(check):
     return answered
 
 
+def cell_key(source):
+    """A short name for a cell's source: the record cell knows the core's cells by it."""
+    return hashlib.sha256(source.strip().encode("utf-8")).hexdigest()[:10]
+
+
+class CellClock:
+    """Times every cell the Jupyter kernel runs from now on (IPython's pre_run_cell and
+    post_run_cell events, which Colab's and Kaggle's Jupyter kernels fire too): its key, seconds
+    and whether it raised."""
+
+    def __init__(self, clock=time.perf_counter):
+        self.clock, self.runs, self.started = clock, [], None
+
+    def pre(self, info):
+        self.started = (cell_key(getattr(info, "raw_cell", None) or ""), self.clock())
+
+    def post(self, result):
+        if self.started is None:  # this cell started the clock: its start was not seen
+            return
+        (key, start), self.started = self.started, None
+        error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
+        self.runs.append({"key": key, "seconds": self.clock() - start, "failed": error is not None})
+
+
+def start_cell_clock(shell, old=None):
+    """A CellClock listening to `shell` (None outside IPython); a clock from an earlier run of this
+    cell stops listening, so that every cell is timed once."""
+    if shell is None:
+        return CellClock()
+    if old is not None:
+        for event, callback in (("pre_run_cell", old.pre), ("post_run_cell", old.post)):
+            if callback in shell.events.callbacks[event]:
+                shell.events.unregister(event, callback)
+    clock = CellClock()
+    shell.events.register("pre_run_cell", clock.pre)
+    shell.events.register("post_run_cell", clock.post)
+    return clock
+
+
+def ipython_shell():
+    """The IPython shell running this notebook, or None (a plain Python process)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+NOTEBOOK_VERSION = "this line is written by the collection's sync tool"
+CELL_CLOCK = start_cell_clock(ipython_shell(), globals().get("CELL_CLOCK"))
 FAST = fast_mode()
 device = pick_device()
 DATA_DIR = find_data_dir()
