@@ -7,6 +7,7 @@ The notebook kernels that nbval starts inherit this process's environment.
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -88,8 +89,11 @@ def pytest_runtest_call(item):
     """After nbval ran a notebook cell without error: check the verdicts it must print on this machine
     (tests/verdicts.py), which nbval itself does not compare, an exercise's starter and answer among
     them; after the core's last code cell, check the
-    core against the class rule (tools/anatomy.py: budget_problems)."""
+    core against the class rule (tools/anatomy.py: budget_problems) and the notebook's instructor
+    note's timing plan against the same counts (tools/instructor_kit.py)."""
+    started = time.perf_counter()
     result = yield
+    seconds = time.perf_counter() - started
     outputs, cell = getattr(item, "test_outputs", None), getattr(item, "cell", None)
     if outputs is not None and cell is not None:  # an nbval cell (nbval.plugin.IPyNbCell)
         from support.verdicts import (describe_missing, missing_verdicts, printed_text, record_cell_verdict,
@@ -108,7 +112,7 @@ def pytest_runtest_call(item):
             raise AssertionError(f"{cell.get('id')}: its title says it shows nothing, but it shows {shown}")
         if cell.get("id", "").startswith("exercise-") and cell.get("id", "").endswith("-starter"):
             probe_the_check(item, cell)
-        check_core_budget(item.path, cell.get("id"), outputs)
+        check_core_budget(item.path, cell.get("id"), outputs, seconds)
     return result
 
 
@@ -138,8 +142,9 @@ def probe_the_check(item, cell, timeout=600):
                              f"(CONTRIBUTING.md, 'Exercises'):\n" + "\n".join(problems))
 
 
-def check_core_budget(path, cell_id, outputs):
-    """Add up what the core's cells printed and showed; at its last code cell, fail on a broken rule."""
+def check_core_budget(path, cell_id, outputs, seconds=0.0):
+    """Add up what the core's cells printed and showed; at its last code cell, fail on a broken rule
+    or an instructor note whose timing plan the run does not give."""
     from support import notebook_code as nc
 
     notebook = nc.read(path)
@@ -150,12 +155,13 @@ def check_core_budget(path, cell_id, outputs):
     if cell_id == core_ids[0]:
         CORE_SHOWN[key] = {}
     CORE_SHOWN.setdefault(key, {})[cell_id] = (nc.printed_prose_words(outputs),
-                                               nc.tables_and_figures(outputs), outputs)
+                                               nc.tables_and_figures(outputs), outputs, seconds)
     if cell_id != core_ids[-1]:
         return
     counted = CORE_SHOWN[key]
-    problems = nc.budget_problems(notebook, sum(n for n, _, _ in counted.values()),
-                                  sum(n for _, n, _ in counted.values()), nc.CORE_LIMIT_MINUTES)
+    problems = nc.budget_problems(notebook, sum(n for n, _, _, _ in counted.values()),
+                                  sum(n for _, n, _, _ in counted.values()), nc.CORE_LIMIT_MINUTES)
+    problems += note_problems(path, notebook, counted)
     if problems:
         # which cells printed prose, and the prose lines of the one that printed most: a run on a
         # busy machine may print lines a quiet one does not, and the log is all CI keeps
@@ -165,5 +171,26 @@ def check_core_budget(path, cell_id, outputs):
         raise AssertionError(
             f"{path.name}, the class rule (CONTRIBUTING.md, 'The class rule'): " + "; ".join(problems)
             + "\nprinted words, tables and figures per cell: "
-            + ", ".join(f"{cell} {n}/{t}" for cell, (n, t, _) in counted.items() if n or t)
+            + ", ".join(f"{cell} {n}/{t}" for cell, (n, t, _, _) in counted.items() if n or t)
             + f"\nthe prose lines of {heaviest}:\n" + "\n".join(lines))
+
+
+def note_problems(path, notebook, counted):
+    """Where the notebook's instructor note (docs/instructors/) disagrees with this run's counts, section
+    by section: the note's timing plan is the class rule's, computed as this run is."""
+    import anatomy
+    import instructor_kit
+
+    entry = manifest.notebooks().get(path.name[:2])
+    if entry is None:
+        return []
+    note = instructor_kit.note_path(entry)
+    if not note.exists():
+        return [f"it has no instructor note ({note.relative_to(instructor_kit.REPO)}): run "
+                f"tools/instructor_kit.py {path.name[:2]}"]
+    stated = anatomy.workshop_t4(notebook)
+    shown = {cell: (printed, tables) for cell, (printed, tables, _, _) in counted.items()}
+    seconds = {cell: spent for cell, (_, _, _, spent) in counted.items()}
+    minutes = anatomy.section_minutes(notebook, shown, seconds, stated[1] if stated else 0.0)
+    return [f"its instructor note's timing plan is stale ({problem}): run tools/instructor_kit.py "
+            f"{path.name[:2]}" for problem in instructor_kit.timing_problems(note.read_text(), minutes)]

@@ -15,10 +15,13 @@ section.
 The class rule (README states it; a test compares the two):
 
     minutes = 1.1 × (5 + (markdown words + printed words) / 100 + 1.0 × visible code cells
-                     + 0.1 × visible code lines + 1.0 × tables and figures shown + T4 run minutes)
+                     + 0.1 × visible code lines + 0.5 × folded code cells outside Setup
+                     + 1.0 × tables and figures shown + T4 run minutes)
 
 counted over the core. Printed words are the lines of at least PROSE_LINE_WORDS words that the core's
-cells print as text (a fast-mode run); tables are outputs shown as HTML tables, figures are images.
+cells print as text (a fast-mode run); tables are outputs shown as HTML tables, figures are images. A
+folded cell in a Step costs half a minute: the class waits for it to run and the instructor says what
+it does. The same counts, taken section by section, give each section's minutes (section_minutes).
 """
 import hashlib
 import json
@@ -177,6 +180,27 @@ def visible_core_code_lines(notebook):
                for line in _source(cell).splitlines() if line.strip())
 
 
+def section_of_each_cell(notebook):
+    """[section] for each cell of the core: 'Setup' for the title and Setup (the opening), 'Step N' for
+    a Step's cells."""
+    marks = dict(headings(notebook))
+    found, section = [], "Setup"
+    for index, _ in enumerate(core_cells(notebook)):
+        step = STEP.match(marks.get(index, "")) if index in marks else None
+        if step:
+            section = f"Step {step.group(1)}"
+        elif marks.get(index) == "Setup":
+            section = "Setup"
+        found.append(section)
+    return found
+
+
+def folded_step_cells(notebook):
+    """The core's folded code cells outside Setup: each costs the class half a minute."""
+    return [cell for cell, section in zip(core_cells(notebook), section_of_each_cell(notebook))
+            if section != "Setup" and is_folded(cell)]
+
+
 # ---- What the core's cells show (from a run) ------------------------------------------------------
 
 PROSE_LINE_WORDS = 8  # a printed line with at least this many words is prose
@@ -248,17 +272,21 @@ OPENING_MINUTES = 5  # open the notebook on Colab, switch the runtime, run the s
 WORDS_PER_MINUTE = 100
 MINUTES_PER_VISIBLE_CELL = 1.0
 MINUTES_PER_VISIBLE_LINE = 0.1
+MINUTES_PER_FOLDED_CELL = 0.5  # a folded code cell outside Setup: the class waits, the instructor says what
 MINUTES_PER_TABLE_OR_FIGURE = 1.0
 QUESTIONS_FACTOR = 1.1  # room for questions
 CORE_LIMIT_MINUTES = 45  # of a 60-minute slot: a quarter is left for an exercise
 
 
 def class_rule_minutes(markdown_words, printed_words, visible_cells, visible_lines, tables_figures,
-                       t4_run_minutes):
-    """The class rule: how many minutes a workshop needs for a core."""
-    return QUESTIONS_FACTOR * (OPENING_MINUTES + (markdown_words + printed_words) / WORDS_PER_MINUTE
+                       t4_run_minutes, folded_cells=0, opening=True):
+    """The class rule: how many minutes a workshop needs for a core (or, with opening=False, for one
+    section of it that is not the opening)."""
+    return QUESTIONS_FACTOR * (OPENING_MINUTES * opening
+                               + (markdown_words + printed_words) / WORDS_PER_MINUTE
                                + MINUTES_PER_VISIBLE_CELL * visible_cells
                                + MINUTES_PER_VISIBLE_LINE * visible_lines
+                               + MINUTES_PER_FOLDED_CELL * folded_cells
                                + MINUTES_PER_TABLE_OR_FIGURE * tables_figures + t4_run_minutes)
 
 
@@ -267,19 +295,17 @@ def rounded_up(minutes, step=5):
     return step * math.ceil(minutes / step - 1e-9)
 
 
-WORKSHOP_T4 = re.compile(r"about (\d+) min on a Colab T4\b.*?\b(?:of which|including) "
-                         r"(?:about |under )?(\d+(?:\.\d+)?) min (?:running|of running)", re.I)
+# The title cell's "In class" line, which tools/sync_cells.py writes from the manifest (and the GPU records):
+# "about 40 min of teaching, of which about 3 min running on a T4 (an estimate), then ..."
+WORKSHOP_T4 = re.compile(r"about (\d+) min of teaching\b.*?\b(?:of which|including) (?:about |under )?"
+                         r"(\d+(?:\.\d+)?) min (?:running|of running)", re.I | re.S)
 
 
 def workshop_t4(notebook):
-    """(the title table's workshop minutes on a Colab T4, the T4 run minutes of the core it states),
-    or None when no row of the title table says both."""
-    for line in _source(notebook["cells"][0]).splitlines():
-        if line.startswith("|") and "workshop" in line.lower():
-            found = WORKSHOP_T4.search(line)
-            if found:
-                return int(found.group(1)), float(found.group(2))
-    return None
+    """(the title's teaching minutes on a Colab T4, the T4 run minutes of the core it states), or None
+    when the title cell says neither."""
+    found = WORKSHOP_T4.search(" ".join(_source(notebook["cells"][0]).split()))
+    return (int(found.group(1)), float(found.group(2))) if found else None
 
 
 def core_counts(notebook, printed_words, tables_figures):
@@ -289,7 +315,56 @@ def core_counts(notebook, printed_words, tables_figures):
     return {"markdown_words": core_words(notebook), "printed_words": printed_words,
             "visible_cells": len(visible_core_code_cells(notebook)),
             "visible_lines": visible_core_code_lines(notebook), "tables_figures": tables_figures,
-            "t4_run_minutes": stated[1] if stated else None}
+            "t4_run_minutes": stated[1] if stated else None,
+            "folded_cells": len(folded_step_cells(notebook))}
+
+
+def section_minutes(notebook, shown, seconds, t4_run_minutes):
+    """{section: minutes by the class rule} of a run core: 'Setup' holds the opening, and each
+    section its own words, cells, lines, folded cells, tables and figures; the core's T4 run minutes
+    are shared in proportion to each section's run time here. `shown` and `seconds` give, per code
+    cell id, (printed words, tables and figures) and seconds in this run. They add up to the core's
+    minutes."""
+    sections = section_of_each_cell(notebook)
+    counts = {}
+    for cell, section in zip(core_cells(notebook), sections):
+        count = counts.setdefault(section, {"markdown_words": 0, "printed_words": 0, "visible_cells": 0,
+                                            "visible_lines": 0, "tables_figures": 0, "folded_cells": 0,
+                                            "seconds": 0.0})
+        if _kind(cell) == "markdown":
+            count["markdown_words"] += len(_source(cell).split())
+            continue
+        if _kind(cell) != "code":
+            continue
+        printed, tables = shown.get(cell.get("id"), (0, 0))
+        count["printed_words"] += printed
+        count["tables_figures"] += tables
+        count["seconds"] += seconds.get(cell.get("id"), 0.0)
+        if is_folded(cell):
+            count["folded_cells"] += section != "Setup"
+        else:
+            count["visible_cells"] += 1
+            count["visible_lines"] += sum(1 for line in _source(cell).splitlines() if line.strip())
+    total_seconds = sum(count["seconds"] for count in counts.values())
+    minutes = {}
+    for section, count in counts.items():
+        share = count.pop("seconds") / total_seconds if total_seconds else 1 / len(counts)
+        minutes[section] = class_rule_minutes(**count, t4_run_minutes=t4_run_minutes * share,
+                                              opening=section == "Setup")
+    return minutes
+
+
+def minutes_plan(minutes, marks=(15, 30, 45)):
+    """[(mark, the section the class is in at that minute)] of a core's section minutes (in order); a
+    mark after the core's end says 'the exercises'."""
+    plan, elapsed = [], 0.0
+    ends = []
+    for section, spent in minutes.items():
+        elapsed += spent
+        ends.append((elapsed, section))
+    for mark in marks:
+        plan.append((mark, next((section for end, section in ends if mark <= end), "the exercises")))
+    return plan
 
 
 # What a core prints depends a little on the machine that runs it (a verdict on a busy machine says

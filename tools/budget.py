@@ -1,5 +1,5 @@
 """Report each notebook's core by the class rule: what it counts, the minutes it gives, and what the
-title table states.
+title's plan states.
 
     .venv/bin/python tools/budget.py notebooks/05_find_the_bottleneck.ipynb [more notebooks]
     .venv/bin/python tools/budget.py --static notebooks/*.ipynb   # no run: printed words, tables and
@@ -10,10 +10,11 @@ so that the prose its cells print and the tables and figures they show can be co
 (tools/anatomy.py, README's "Workshop slots"):
 
     minutes = 1.1 × (5 + (markdown words + printed words) / 100 + visible code cells
-                     + 0.1 × visible code lines + tables and figures + T4 run minutes)
+                     + 0.1 × visible code lines + 0.5 × folded code cells outside Setup
+                     + tables and figures + T4 run minutes)
 
-The title table states it rounded up to 5 minutes; a core takes at most 45. The nbval run checks the
-same numbers for every notebook.
+The manifest's teaching_minutes (which the title's plan states) is it rounded up to 5 minutes; a core
+takes at most 45. The nbval run checks the same numbers for every notebook.
 """
 import argparse
 import sys
@@ -33,7 +34,7 @@ def budget_lines(notebook, printed=None, tables_figures=None):
              for name, value in counts.items()]
     stated = anatomy.workshop_t4(notebook)
     if stated is None:
-        lines.append("  the title table states no 'about N min on a Colab T4, of which M min running'")
+        lines.append("  the title's plan states no 'about N min of teaching, of which about M min running'")
         return lines
     minutes = anatomy.class_rule_minutes(**counts)
     lines.append(f"  class rule: {minutes:.1f} min{'' if ran else ' at least'}, stated "

@@ -675,68 +675,29 @@ T4Minutes = namedtuple("T4Minutes", "measured minutes runs")
 T4_LABEL = "T4"  # one T4, as a Colab T4: the GPU the title tables and the class rule speak of
 
 
-def t4_minutes(notebook_name, records):
-    """T4Minutes(measured, minutes, runs) of a notebook's core on one T4 by the records: the median
-    of the measured runs' core minutes, rounded to a whole minute and at least 1; (False, None, 0)
-    when no record measured it on a T4 (the title keeps its estimate)."""
-    runs = measured_runs(notebook_name, records).get(T4_LABEL, [])
+def t4_minutes(notebook_name, records, label=T4_LABEL):
+    """T4Minutes(measured, minutes, runs) of a notebook's core on one T4 (or the GPUs `label` names,
+    '2× T4' for Kaggle's) by the records: the median of the measured runs' core minutes, rounded to a
+    whole minute and at least 1; (False, None, 0) when no record measured it there (the title keeps
+    its estimate)."""
+    runs = measured_runs(notebook_name, records).get(label, [])
     if not runs:
         return T4Minutes(False, None, 0)
     minutes = statistics.median(core for core, _ in runs) / 60
     return T4Minutes(True, max(1, math.floor(minutes + 0.5)), len(runs))
 
 
-RUNNING = re.compile(r"\b(?:of which|including) (?:about |under )?\d+(?:\.\d+)? min "
-                     r"(?:running|of running)")
-MEASURED_LABEL = re.compile(r"\bmeasured, \d+ runs?\b")
-ESTIMATE_LABEL = re.compile(r"\b(?:an )?estimate\b")
+LABEL_OF_HARDWARE = {"Colab T4": T4_LABEL, "Kaggle T4 x2": f"2× {T4_LABEL}"}
 
 
-def render_workshop_row(line, t4):
-    """A title table's workshop row with its T4 running minutes and its label from `t4`
-    (T4Minutes): measured, 'of which about M min running', and 'measured, N runs' in the label
-    where 'estimate' was; not measured, the row as it is (a label that said 'measured, N runs' says
-    'estimate' again)."""
-    _, label, rest = line.split("|", 2)
-    if not t4.measured:
-        return f"|{MEASURED_LABEL.sub('estimate', label)}|{rest}"
-    said = f"measured, {runs_text(t4.runs)}"
-    if MEASURED_LABEL.search(label):
-        label = MEASURED_LABEL.sub(said, label)
-    elif ESTIMATE_LABEL.search(label):
-        label = ESTIMATE_LABEL.sub(said, label, count=1)
-    elif ")" in label:
-        end = label.rindex(")")
-        label = f"{label[:end]}, {said}{label[end:]}"
-    else:
-        label = f"{label.rstrip()} ({said}) "
-    return f"|{label}|{RUNNING.sub(f'of which about {t4.minutes} min running', rest, count=1)}"
-
-
-def render_title(source, t4):
-    """A title cell's source with its workshop row (the one anatomy.workshop_t4 reads) from `t4`."""
-    lines = source.split("\n")
-    for i, line in enumerate(lines):
-        if line.startswith("|") and "workshop" in line.lower() and anatomy.WORKSHOP_T4.search(line):
-            lines[i] = render_workshop_row(line, t4)
-            break
-    return "\n".join(lines)
-
-
-def rendered_titles(records, folder=None):
-    """[(path, notebook with its title rendered)] of the notebooks whose title `records` change."""
-    import nbformat
-
-    changed = []
-    folder = Path(REPO / "notebooks" if folder is None else folder)
-    for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
-        notebook = nbformat.read(path, as_version=4)
-        title = notebook.cells[0]
-        source = render_title(title.source, t4_minutes(path.name, records))
-        if source != title.source:
-            title.source = source
-            changed.append((path, notebook))
-    return changed
+def taught_on_minutes(notebook_name, hardware, records=None):
+    """T4Minutes of a notebook's core on the hardware it is taught on (the manifest's: a Colab T4, or
+    Kaggle's T4 x2), from the records --accept accepts (those in records/gpu/ when `records` is None).
+    tools/sync_cells.py writes them into the title's plan."""
+    if records is None:
+        files, _ = record_files(RECORDS)
+        records = [record for _, record in accepted_records(files)[0]] if files else []
+    return t4_minutes(notebook_name, records, LABEL_OF_HARDWARE[hardware])
 
 
 # ---- The command ---------------------------------------------------------------------------------
@@ -747,8 +708,9 @@ def notebook_paths(numbers):
 
 
 def render_or_check(check):
-    """--render and --check: README's column and the titles, from the records --accept accepts."""
-    import nbformat
+    """--render and --check: README's column and the titles' plans (tools/sync_cells.py writes those,
+    with the T4 minutes of the records), from the records --accept accepts."""
+    import sync_cells
 
     files, broken = record_files(RECORDS)
     for name in broken:
@@ -757,18 +719,21 @@ def render_or_check(check):
     for line in refused:
         print(line)
     records = [record for _, record in files]
-    rendered, titles = render_readme(README.read_text(), records), rendered_titles(records)
+    rendered = render_readme(README.read_text(), records)
+    paths = sync_cells.notebooks()
     if check:
         same = rendered == README.read_text()
         print("README's GPU column matches the records" if same else
               "README's GPU column differs from the records: run tools/gpu_run.py --render")
-        for path, _ in titles:
-            print(f"{path.name}: the title's T4 minutes differ from the records: run "
+        titles = [(number, what) for number, what in sync_cells.differences(paths)
+                  if "title's plan" in what]
+        for number, _ in titles:
+            print(f"{paths[number].name}: the title's T4 minutes differ from the records: run "
                   "tools/gpu_run.py --render")
         return 0 if same and not titles and not refused else 1
     README.write_text(rendered)
-    for path, notebook in titles:
-        nbformat.write(notebook, str(path))
+    changed, _ = sync_cells.sync(paths)
+    titles = sorted({number for number, what in changed if "title's plan" in what})
     print(f"README's GPU column rendered from {len(records)} record(s); "
           f"{len(titles)} title(s) rewritten")
     return 0

@@ -72,6 +72,11 @@ class Notebook:
     verdicts: tuple = ()
     promises: tuple = ()
     internet: bool = False  # it downloads (notebook 03's photos): Kaggle's metadata asks for Internet on
+    objectives: tuple = ()  # two to four "you will be able to ..." (each practised by a Step or exercise)
+    builds_on: str = ""  # the number of the notebook a class should have done first ("" for none)
+    teaching_minutes: int = 0  # the core by the class rule, rounded up to 5
+    exercise_minutes: int = 0  # the exercises, in all
+    t4_run_minutes: float = 0  # the core's running time on a T4, an estimate until a GPU record says
 
     @property
     def path(self):
@@ -156,6 +161,7 @@ def parse(text):
                                           for item in values.get("allowed_asserts", ()))
         values["verdicts"] = tuple(Verdict(**item) for item in values.get("verdicts", ()))
         values["promises"] = tuple(Promise(**item) for item in values.get("promises", ()))
+        values["objectives"] = tuple(values.get("objectives", ()))
         found[number] = Notebook(number=number, **values)
     return found
 

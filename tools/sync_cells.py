@@ -408,13 +408,64 @@ def with_assignment(source, name, text):
     return "\n".join(lines)
 
 
-def stamp(notebook, file_name, entry):
+PLAN_START = "**You will be able to:**"
+PLAN_END = "**Builds on:**"
+TAUGHT_ON = {"Colab T4": "a Colab T4 (one GPU)", "Kaggle T4 x2": "Kaggle's T4 x2 (two GPUs)"}
+RUNNING_ON = {"Colab T4": "a T4", "Kaggle T4 x2": "Kaggle's T4 x2"}
+
+
+def measured_t4(file_name, hardware):
+    """The minutes the GPU records give this notebook's core on the hardware it is taught on
+    (tools/gpu_run.py: taught_on_minutes): (minutes, runs), or None where no record measured it."""
+    import gpu_run
+
+    found = gpu_run.taught_on_minutes(file_name, hardware)
+    return (found.minutes, found.runs) if found.measured else None
+
+
+def plan_text(entry, titles, t4=None):
+    """The title cell's plan, from the manifest: what a learner will be able to do, the notebook it
+    builds on, what it is taught on, the teaching minutes (of which the T4's running, measured where a
+    GPU record says, else the manifest's estimate) and the exercises' minutes."""
+    lines = [PLAN_START] + [f"- {objective}" for objective in entry.objectives] + [""]
+    builds = f"notebook {entry.builds_on}" if entry.builds_on else "nothing before it"
+    on = RUNNING_ON[entry.hardware]
+    if t4 is None:
+        running = f"about {entry.t4_run_minutes:g} min running on {on} (an estimate)"
+    else:
+        running = f"about {t4[0]:g} min running on {on} (measured, {t4[1]} run{'s' * (t4[1] != 1)})"
+    lines.append(f"{PLAN_END} {builds}. **Taught on:** {TAUGHT_ON[entry.hardware]}. **In class:** about "
+                 f"{entry.teaching_minutes} min of teaching, of which {running}, then about "
+                 f"{entry.exercise_minutes} min of exercises.")
+    return "\n".join(lines)
+
+
+def with_plan(title, plan):
+    """The title cell's source with its plan replaced by `plan`, or put before its table (or at its
+    end) when it has none."""
+    lines = title.split("\n")
+    if PLAN_START in lines:
+        start = lines.index(PLAN_START)
+        end = next(index for index in range(start, len(lines)) if lines[index].startswith(PLAN_END))
+        return "\n".join(lines[:start] + plan.split("\n") + lines[end + 1:])
+    table = next((index for index, line in enumerate(lines) if line.startswith("|")), None)
+    if table is None:
+        return title.rstrip("\n") + "\n\n" + plan
+    return "\n".join(lines[:table] + plan.split("\n") + [""] + lines[table:])
+
+
+def stamp(notebook, file_name, entry, titles=None, t4=None):
     """Write this notebook's own part into it, in memory: the metadata, the record cell's CORE_CELLS
     and the setup cell's NOTEBOOK_VERSION (last: the version hashes everything else); returns what
     changed, in words."""
     from anatomy import VERSION_LINE, version_line
 
     changed = []
+    if titles is not None and notebook.cells and notebook.cells[0].cell_type == "markdown":
+        wanted = with_plan(notebook.cells[0].source, plan_text(entry, titles, t4))
+        if wanted != notebook.cells[0].source:
+            notebook.cells[0].source = wanted
+            changed.append("its title's plan")
     for key, value in wanted_metadata(entry).items():
         if notebook.metadata.get(key) != value:
             notebook.metadata[key] = value
@@ -449,9 +500,13 @@ def apply_everything(read, paths, source_dir=None, glossary=None):
     changed += [(number, f"its {WORDS_HEADING!r} cell") for number in read
                 if sync_words(read[number], entries)]
     manifest = notebooks_in_manifest()
+    titles = {number: first_line(notebook.cells[0].source).split("·", 1)[-1].strip()
+              for number, notebook in read.items() if notebook.cells}
     for number, notebook in read.items():
         if number in manifest:
-            changed += [(number, what) for what in stamp(notebook, paths[number].name, manifest[number])]
+            name = paths[number].name
+            changed += [(number, what) for what in stamp(notebook, name, manifest[number], titles,
+                                                         measured_t4(name, manifest[number].hardware))]
     return changed, unmended
 
 

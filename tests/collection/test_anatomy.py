@@ -63,11 +63,13 @@ def test_the_core_is_every_cell_before_the_summary():
         anatomy.core_cells(notebook_of("# 99 · T", "### Summary"))
 
 
+PLAN = "**Builds on:** nothing before it. **Taught on:** a Colab T4. **In class:**"
+
+
 def run_core(*code, outputs=()):
     """A made-up core of visible code cells `code` (and one folded one), the first with `outputs`."""
-    cells = [nbformat.v4.new_markdown_cell("# 99 · T\n\n| | CPU | GPU |\n|---|---|---|\n| Workshop "
-                                           "slot | - | about 20 min on a Colab T4, of which about 2 "
-                                           "min running |")]
+    cells = [nbformat.v4.new_markdown_cell(f"# 99 · T\n\n{PLAN} about 20 min of teaching, of which "
+                                           f"about 2 min running on a T4 (an estimate), then 9 min.")]
     cells += [nbformat.v4.new_code_cell(source) for source in code]
     cells.append(nbformat.v4.new_code_cell("#@title Plumbing\ny = 1\nz = 2"))
     cells[1].outputs = [nbformat.from_dict(output) for output in outputs]
@@ -81,8 +83,11 @@ def test_the_rule_counts_each_term_once_with_its_weight():
     assert anatomy.class_rule_minutes(150, 50, 3, 20, 2, 4) == pytest.approx(1.1 * (5 + 2 + 3 + 2 + 2 + 4))
     notebook = run_core("a = 1\n\nb = 2", "c = 3")
     counts = anatomy.core_counts(notebook, printed_words=7, tables_figures=1)
-    assert counts == {"markdown_words": 31, "printed_words": 7,
-                      "visible_cells": 2, "visible_lines": 3, "tables_figures": 1, "t4_run_minutes": 2.0}
+    words = len(notebook.cells[0].source.split())
+    assert counts == {"markdown_words": words, "printed_words": 7, "visible_cells": 2, "visible_lines": 3,
+                      "tables_figures": 1, "t4_run_minutes": 2.0, "folded_cells": 0}
+    assert anatomy.class_rule_minutes(0, 0, 0, 0, 0, 0, folded_cells=3) == pytest.approx(1.1 * (5 + 1.5))
+    assert anatomy.class_rule_minutes(0, 0, 0, 0, 0, 0, opening=False) == 0
 
 
 def test_printed_prose_is_lines_of_eight_words_and_tables_and_figures_are_counted_once_each():
@@ -104,10 +109,10 @@ def test_printed_prose_is_lines_of_eight_words_and_tables_and_figures_are_counte
 
 
 def test_the_title_table_states_the_rule_rounded_up_to_five_and_the_core_keeps_its_limit():
-    notebook = run_core("a = 1")  # states 20 min: 1.1 × (5 + 31 words / 100 + 1 + 0.1 + 0 + 2) = 9.3
-    assert anatomy.core_words(notebook) == 31
+    notebook = run_core("a = 1")  # states 20 min: 1.1 × (5 + 35 words / 100 + 1 + 0.1 + 0 + 2) = 9.3
+    assert anatomy.core_words(notebook) == 35
     minutes = anatomy.class_rule_minutes(**anatomy.core_counts(notebook, 0, 0))
-    assert minutes == pytest.approx(1.1 * (5 + 0.31 + 1 + 0.1 + 2)) and anatomy.rounded_up(minutes) == 10
+    assert minutes == pytest.approx(1.1 * (5 + 0.35 + 1 + 0.1 + 2)) and anatomy.rounded_up(minutes) == 10
     (problem,) = anatomy.budget_problems(notebook, 0, 0)
     assert problem.startswith("the title table says 20 min; the class rule gives 9.3 min")
     assert problem.endswith("so it should say 10 min") and "printed_words 0" in problem
@@ -118,26 +123,72 @@ def test_the_title_table_states_the_rule_rounded_up_to_five_and_the_core_keeps_i
     assert "should say 25 min" in anatomy.budget_problems(notebook, 900, 2)[0]  # 21.4 min
     # a run that printed a little more or less than the title's: 20 stays right within 1 minute of
     # the count, on both sides (20 <= rounded_up(minutes + 1) and rounded_up(minutes - 1) <= 20)
-    assert anatomy.budget_problems(notebook, 960, 1) == []  # 20.9 min
-    assert "should say 25 min" in anatomy.budget_problems(notebook, 970, 1)[0]  # 21.0 min
-    assert anatomy.budget_problems(notebook, 440, 0) == []  # 14.1 min
-    assert "should say 15 min" in anatomy.budget_problems(notebook, 430, 0)[0]  # 14.0 min
+    assert anatomy.budget_problems(notebook, 955, 1) == []  # 20.90 min
+    assert "should say 25 min" in anatomy.budget_problems(notebook, 965, 1)[0]  # 21.01 min
+    assert anatomy.budget_problems(notebook, 430, 0) == []  # 14.03 min
+    assert "should say 15 min" in anatomy.budget_problems(notebook, 420, 0)[0]  # 13.92 min
     over = anatomy.budget_problems(notebook, 900, 0, limit=19)
     assert len(over) == 1 and "over the core's limit of 19 min" in over[0]
     assert anatomy.budget_problems(notebook, 900, 0, limit=20) == []
     assert anatomy.budget_problems(notebook, 900, 0, limit=None) == []
     untold = run_core("a = 1")
-    untold.cells[0].source = "# 99 · T\n\n| Workshop slot | about 20 min |"
+    untold.cells[0].source = f"# 99 · T\n\n{PLAN} about 20 min of teaching."
     assert "does not say" in anatomy.budget_problems(untold, 0, 0)[0]
 
 
-def test_the_workshop_row_states_the_estimate_and_the_t4_run_time():
+def test_the_plan_states_the_teaching_minutes_and_the_t4_run_time():
     notebook = run_core("a = 1")
     assert anatomy.workshop_t4(notebook) == (20, 2.0)
-    notebook.cells[0].source = "# 99\n| Workshop | about 45 min on a Colab T4, of which under 0.5 min running |"
-    assert anatomy.workshop_t4(notebook) == (45, 0.5)
-    notebook.cells[0].source = "# 99\n| Workshop | about 45 min on a Colab T4 |"
+    notebook.cells[0].source = (f"# 99\n{PLAN} about 45 min of teaching,\nof which under 0.5 min running "
+                                f"on Kaggle's T4 x2 (measured, 2 runs)")
+    assert anatomy.workshop_t4(notebook) == (45, 0.5), "across a line break too"
+    notebook.cells[0].source = f"# 99\n{PLAN} about 45 min of teaching."
     assert anatomy.workshop_t4(notebook) is None
+
+
+def stepped_core():
+    """A made-up core: the title, Setup with a folded cell, Step 1 with a visible and a folded cell,
+    Step 2 with a visible cell; then the Summary."""
+    cells = [nbformat.v4.new_markdown_cell(f"# 99 · T\n\n{PLAN} about 20 min of teaching, of which about "
+                                           f"2 min running on a T4 (an estimate)."),
+             nbformat.v4.new_markdown_cell("## Setup"),
+             nbformat.v4.new_code_cell("#@title Setup\nx = 1", id="setup"),
+             nbformat.v4.new_markdown_cell("## Step 1 · One\n\nten words of prose here to be read by the class"),
+             nbformat.v4.new_code_cell("a = 1\nb = 2", id="one"),
+             nbformat.v4.new_code_cell("#@title Plumbing\nc = 3", id="plumbing"),
+             nbformat.v4.new_markdown_cell("## Step 2 · Two"),
+             nbformat.v4.new_code_cell("d = 4", id="two"),
+             nbformat.v4.new_markdown_cell("## Summary")]
+    return nbformat.v4.new_notebook(cells=cells)
+
+
+def test_a_folded_cell_in_a_step_costs_half_a_minute_and_setups_costs_nothing():
+    notebook = stepped_core()
+    assert [cell.get("id") for cell in anatomy.folded_step_cells(notebook)] == ["plumbing"]
+    assert anatomy.section_of_each_cell(notebook) == ["Setup", "Setup", "Setup", "Step 1", "Step 1",
+                                                      "Step 1", "Step 2", "Step 2"]
+    assert anatomy.core_counts(notebook, 0, 0)["folded_cells"] == 1
+
+
+def test_the_sections_minutes_add_up_to_the_cores_and_share_its_run_time_by_seconds():
+    notebook = stepped_core()
+    shown = {"one": (100, 1)}  # Step 1 printed 100 words and showed a table
+    seconds = {"setup": 0.0, "one": 3.0, "plumbing": 1.0, "two": 0.0}
+    minutes = anatomy.section_minutes(notebook, shown, seconds, t4_run_minutes=2.0)
+    total = anatomy.class_rule_minutes(**anatomy.core_counts(notebook, 100, 1))
+    assert sum(minutes.values()) == pytest.approx(total)
+    step_1_words = len(notebook.cells[3].source.split())
+    assert minutes["Step 1"] == pytest.approx(1.1 * ((step_1_words + 100) / 100 + 1 + 0.2 + 0.5 + 1 + 2.0))
+    step_2_words = len(notebook.cells[6].source.split())
+    assert minutes["Step 2"] == pytest.approx(1.1 * (step_2_words / 100 + 1 + 0.1)), "it took no seconds"
+    assert list(minutes) == ["Setup", "Step 1", "Step 2"]
+
+
+def test_the_plan_says_where_the_class_is_at_15_30_and_45_minutes():
+    minutes = {"Setup": 6.0, "Step 1": 12.0, "Step 2": 15.0}  # ends at 6, 18, 33
+    assert anatomy.minutes_plan(minutes) == [(15, "Step 1"), (30, "Step 2"), (45, "the exercises")]
+    assert anatomy.minutes_plan({"Setup": 15.0, "Step 1": 15.0}) == [(15, "Setup"), (30, "Step 1"),
+                                                                    (45, "the exercises")]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
@@ -145,7 +196,7 @@ def test_the_title_table_is_at_least_what_the_source_alone_gives(path):
     """The nbval run checks the whole rule; without a run, printed prose, tables and figures count 0."""
     notebook = read(path)
     stated = anatomy.workshop_t4(notebook)
-    assert stated, "the title table says 'about N min on a Colab T4, of which about M min running'"
+    assert stated, "the title's plan says 'about N min of teaching, of which about M min running'"
     assert stated[1] >= T4_RUN_MINUTES_AT_LEAST[path.name[:2]], "the T4 run time is below its floor"
     least = anatomy.class_rule_minutes(**anatomy.core_counts(notebook, 0, 0))
     assert stated[0] >= least, f"the title says {stated[0]} min, the source alone gives {least:.1f}"

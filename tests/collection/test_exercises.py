@@ -355,3 +355,43 @@ def test_a_message_is_reached_whole_or_by_its_start_and_only_by_what_it_can_say(
     assert unreached_messages(source, []) == [(3, "NOT YET RIGHT: it returned None."),
                                               (5, "NOT YET RIGHT: for 1 it gave {…}, not 2.")]
     assert len(unreached_messages(source, ["NOT YET RIGHT: "])) == 2, "a start both share reaches neither"
+
+
+# --- Each exercise says how long it takes; the notebook's exercise minutes are their sum -------------
+
+TASK_MINUTES = re.compile(r"\bAbout (\d+) minutes\b", re.I)
+
+
+def exercise_minutes_problems(notebook, stated):
+    """What is wrong with the exercises' minutes: a task that does not say 'About N minutes' (at most
+    10, doable in class), or a sum other than the manifest's `exercise_minutes` (`stated`)."""
+    problems, total = [], 0
+    for name, parts in exercises(notebook).items():
+        found = TASK_MINUTES.search(parts["task"].source)
+        if not found:
+            problems.append(f"exercise {name!r}: its task does not say 'About N minutes.'")
+        elif int(found.group(1)) > 10:
+            problems.append(f"exercise {name!r}: {found.group(1)} minutes; an exercise fits 10 in class")
+        else:
+            total += int(found.group(1))
+    if not problems and total != stated:
+        problems.append(f"the exercises take {total} minutes by their tasks; the manifest says {stated}")
+    return problems
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
+def test_each_exercise_says_its_minutes_and_they_add_up_to_the_manifests(path):
+    import manifest
+
+    assert exercise_minutes_problems(read(path), manifest.notebook(path.name[:2]).exercise_minutes) == []
+
+
+def test_the_exercise_minutes_rule_on_made_up_notebooks():
+    notebook = made_up(*GOOD)
+    notebook.cells[1].source += " About 10 minutes."
+    notebook.cells[5].source += " About 5 minutes."
+    assert exercise_minutes_problems(notebook, 15) == []
+    assert exercise_minutes_problems(notebook, 20) == [
+        "the exercises take 15 minutes by their tasks; the manifest says 20"]
+    notebook.cells[5].source = notebook.cells[5].source.replace("About 5", "About 15")
+    assert exercise_minutes_problems(notebook, 25) == ["exercise 'two': 15 minutes; an exercise fits 10 in class"]

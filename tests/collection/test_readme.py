@@ -60,14 +60,15 @@ def test_the_workshop_column_is_each_title_tables_estimate():
 def test_readme_states_the_class_rule_the_tests_apply():
     """README's formula, its weights read back, gives the same minutes as tools/anatomy.py."""
     rule = re.search(r"([\d.]+) × \((\d+) \+ words read / (\d+) \+ ([\d.]+) × visible code cells "
-                     r"\+ ([\d.]+) × visible\s+code lines \+ ([\d.]+) × tables and figures shown \+ the "
-                     r"core's run time on a T4\) minutes", " ".join(README.split()))
+                     r"\+ ([\d.]+) × visible code lines \+ ([\d.]+) × folded code cells outside Setup "
+                     r"\+ ([\d.]+) × tables and figures shown \+ the core's run time on a T4\) minutes",
+                     " ".join(README.split()))
     assert rule, "README states the class rule"
-    factor, opening, per_minute, cell, line, shown = map(float, rule.groups())
-    for counts in [(0, 0, 0, 0, 0, 0), (1234, 56, 7, 89, 3, 2.5)]:
-        words, printed, cells, lines, tables, t4 = counts
+    factor, opening, per_minute, cell, line, folded, shown = map(float, rule.groups())
+    for counts in [(0, 0, 0, 0, 0, 0, 0), (1234, 56, 7, 89, 3, 2.5, 4)]:
+        words, printed, cells, lines, tables, t4, folded_cells = counts
         readme = factor * (opening + (words + printed) / per_minute + cell * cells + line * lines
-                           + shown * tables + t4)
+                           + folded * folded_cells + shown * tables + t4)
         assert readme == pytest.approx(anatomy.class_rule_minutes(*counts))
     limit = re.search(r"A core takes at most (\d+) minutes", " ".join(README.split()))
     assert limit and int(limit.group(1)) == anatomy.CORE_LIMIT_MINUTES

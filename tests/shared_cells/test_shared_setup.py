@@ -6,6 +6,8 @@ a GPU: CUDA synchronization is checked with a monkeypatched torch.cuda.synchroni
 torch.accelerator monkeypatched, the second device of notebooks 02 and 07 (not_the_cpu) on each kind of
 device, and the timing function with a fake clock.
 """
+import base64
+
 import pytest
 import torch
 
@@ -291,3 +293,39 @@ def test_a_checked_function_keeps_its_name_and_source():
 
     check_source(my_answer)
     assert seen == [("my_answer", "def my_answer(x):")]
+
+
+# ---- Figures everyone can read ------------------------------------------------------------------
+
+def test_a_figure_is_shown_with_its_alt_text_for_each_renderer():
+    data, metadata = nb.figure_bundle(b"\x89PNG made up", 'Epoch time, "CPU" against <GPU>')
+    assert metadata == {"image/png": {"alt": 'Epoch time, "CPU" against <GPU>'}}, "nbconvert reads it"
+    assert data["text/html"].endswith('alt="Epoch time, &quot;CPU&quot; against &lt;GPU&gt;">'), \
+        "JupyterLab and Colab draw the HTML form; the alt is escaped"
+    assert data["text/html"].startswith(f'<img src="data:image/png;base64,{data["image/png"]}"')
+    assert data["text/plain"] == '[figure: Epoch time, "CPU" against <GPU>]'
+
+
+def test_show_figure_displays_the_png_and_closes_the_figure(monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = []
+    monkeypatch.setitem(nb.show_figure.__globals__, "display",
+                        lambda data, metadata, raw: shown.append((data, metadata)))
+    figure, axes = plt.subplots()
+    axes.plot([1, 2], [3, 4], **nb.SERIES_STYLES[0])
+    nb.show_figure(figure, "A rising line")
+    [(data, metadata)] = shown
+    assert base64.b64decode(data["image/png"]).startswith(b"\x89PNG")
+    assert metadata["image/png"]["alt"] == "A rising line"
+    assert not plt.fignum_exists(figure.number), "closed: the inline backend does not show it again"
+
+
+def test_the_series_styles_differ_in_more_than_colour():
+    styles = nb.SERIES_STYLES
+    for key in ("color", "linestyle", "marker"):
+        assert len({style[key] for style in styles}) == len(styles), key
+    assert {style["color"] for style in styles} <= set(nb.PALETTE.values())

@@ -8,7 +8,7 @@ once in the test run and both nbval and the page are checked on that one run.
 
 The checks (page_problems): every code cell ran and no output is an error (read from the notebook
 model: the page draws a traceback and a warning on stderr alike); no dialog (a dead kernel opens one)
-and no error in the browser console; the figures are on the page as images and the tables as HTML
+and no error in the browser console; the figures are on the page as images with alt text and the tables as HTML
 tables, as many as the notebook's own source promises; warnings shown in red are ones the prose
 explains (allowed_stderr: the manifest's); cells folded with `#@title` are shown folded; every glossary link has its
 entry on the page. A screenshot of each page is saved. The server, its kernels and the browser are
@@ -76,9 +76,11 @@ def _is_call(node, *names):
 
 
 def expected_figures(source):
-    """How many figures a cell must show: its `plt.show()` calls that always run."""
+    """How many figures a cell must show: its `show_figure(...)` (and `plt.show()`) calls that always
+    run."""
     return sum(1 for node in _unconditional_statements(ast.parse(source).body)
-               if isinstance(node, ast.Expr) and _is_call(node.value, "plt.show", "matplotlib.pyplot.show"))
+               if isinstance(node, ast.Expr) and _is_call(node.value, "plt.show", "matplotlib.pyplot.show",
+                                                          "show_figure"))
 
 
 # Methods after which a pandas DataFrame is still a DataFrame (rendered as an HTML table).
@@ -334,6 +336,8 @@ CELLS = f"""path => {{
             input_hidden: widget.inputHidden,
             editor_visible: visible(node.querySelector('.jp-InputArea')),
             images: node.querySelectorAll('.jp-OutputArea-output img').length,
+            images_without_alt: Array.from(node.querySelectorAll('.jp-OutputArea-output img'))
+                .filter(img => !(img.getAttribute('alt') || '').trim()).length,
             tables: node.querySelectorAll('.jp-OutputArea-output table').length,
             mime_types: outputs.map(o => o.getAttribute('data-mime-type')),
         }};
@@ -538,6 +542,9 @@ def page_problems(number, cells, file_cells, links, console_errors, dialogs):
         shown = f"cell {index} shows {output_summary(cell['model'])}"
         if cell["images"] < wanted_figures:
             problems.append(f"{shown}: {wanted_figures} figure(s) expected as images")
+        if cell.get("images_without_alt"):
+            problems.append(f"{shown}: {cell['images_without_alt']} figure(s) without alt text "
+                            f"(show them with show_figure(figure, alt))")
         if cell["tables"] < wanted_tables:
             problems.append(f"{shown}: {wanted_tables} table(s) expected as HTML tables")
     unexplained = unexplained_stderr([cell["model"] for cell in cells], allowed_stderr(number))

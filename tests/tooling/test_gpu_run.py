@@ -20,6 +20,8 @@ from support.notebook_code import NOTEBOOKS, REPO
 sys.path.insert(0, str(REPO / "tools"))
 import anatomy  # noqa: E402
 import gpu_run  # noqa: E402
+import manifest  # noqa: E402
+import sync_cells  # noqa: E402
 
 TOOL = REPO / "tools" / "gpu_run.py"
 MIME = gpu_run.FIGURES_MIME
@@ -390,8 +392,9 @@ def run_in(folder, *args):
 
 
 def title_row(folder, name):
+    """The line of the title's plan that says the teaching minutes and the T4's running minutes."""
     title = nbformat.read(folder / "notebooks" / name, as_version=4).cells[0].source
-    return next(line for line in title.splitlines() if line.startswith("| Workshop slot"))
+    return next(line for line in title.splitlines() if line.startswith(sync_cells.PLAN_END))
 
 
 def readme_row(folder, name):
@@ -429,7 +432,7 @@ def test_a_notebook_record_is_accepted_filed_and_rendered_into_readme_and_the_ti
     notebook = nbformat.read(throwaway / "notebooks" / NB04, as_version=4)
     assert anatomy.workshop_t4(notebook) == (estimate[0], 2.0)
     assert "measured, 1 run" in title_row(throwaway, NB04)
-    assert "estimate" not in title_row(throwaway, NB04).split("|")[1]
+    assert "an estimate" not in title_row(throwaway, NB04)
     nbformat.write(notebook, str(throwaway.parent / "as-nbformat-writes.ipynb"))
     assert (throwaway / "notebooks" / NB04).read_bytes() == (
         throwaway.parent / "as-nbformat-writes.ipynb").read_bytes()
@@ -626,21 +629,16 @@ def test_t4_minutes_are_the_median_rounded_to_a_whole_minute_at_least_one():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.name[:2])
-def test_each_titles_workshop_row_takes_measured_minutes_and_still_parses(path):
-    notebook = nbformat.read(path, as_version=4)
-    title = notebook.cells[0].source
-    stated = anatomy.workshop_t4(notebook)
-    assert gpu_run.render_title(title, gpu_run.T4Minutes(False, None, 0)) == title
-    measured = gpu_run.render_title(title, gpu_run.T4Minutes(True, 7, 3))
-    notebook.cells[0].source = measured
-    assert anatomy.workshop_t4(notebook) == (stated[0], 7.0)
-    row = next(line for line in measured.splitlines() if anatomy.WORKSHOP_T4.search(line))
-    assert "measured, 3 runs" in row.split("|")[1] and "estimate" not in row.split("|")[1]
-    assert gpu_run.render_title(measured, gpu_run.T4Minutes(True, 7, 3)) == measured
-    again = gpu_run.render_title(measured, gpu_run.T4Minutes(True, 1, 1))
-    assert "measured, 1 run" in again and "measured, 3 runs" not in again
-    back = gpu_run.render_title(measured, gpu_run.T4Minutes(False, None, 0))
-    assert "measured," not in back, "no record: the row is an estimate again"
+def test_each_titles_plan_takes_measured_minutes_and_still_parses(path):
+    entry = manifest.notebook(path.name[:2])
+    titles = {number: "A title" for number in manifest.notebooks()}
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 99 · T")])
+    for t4, stated, said in [(None, entry.t4_run_minutes, "an estimate"), ((7, 3), 7, "measured, 3 runs"),
+                             ((1, 1), 1, "measured, 1 run")]:
+        notebook.cells[0].source = sync_cells.plan_text(entry, titles, t4)
+        assert anatomy.workshop_t4(notebook) == (entry.teaching_minutes, float(stated))
+        assert said in notebook.cells[0].source
+    assert "measured, 3 runs" not in sync_cells.plan_text(entry, titles, (1, 1))
 
 
 def test_readme_gpu_column_agrees_with_the_records_in_the_repository():
@@ -648,7 +646,8 @@ def test_readme_gpu_column_agrees_with_the_records_in_the_repository():
     assert broken == [], f"records that break the schema: {broken}"
     readme = (REPO / "README.md").read_text()
     assert gpu_run.render_readme(readme, records) == readme, "run tools/gpu_run.py --render"
-    assert gpu_run.rendered_titles(records) == [], "run tools/gpu_run.py --render"
+    assert [what for _, what in sync_cells.differences(sync_cells.notebooks())
+            if "title's plan" in what] == [], "run tools/gpu_run.py --render"
     assert run_tool("--check").returncode == 0
 
 
@@ -663,8 +662,7 @@ def test_check_fails_when_readme_shows_a_figure_no_record_holds(tmp_path):
 def test_check_fails_when_a_title_says_measured_minutes_no_record_holds(throwaway):
     path = throwaway / "notebooks" / NB04
     notebook = nbformat.read(path, as_version=4)
-    notebook.cells[0].source = gpu_run.render_title(notebook.cells[0].source,
-                                                    gpu_run.T4Minutes(True, 9, 4))
+    notebook.cells[0].source = notebook.cells[0].source.replace("(an estimate)", "(measured, 4 runs)")
     nbformat.write(notebook, str(path))
     done = run_in(throwaway, "--check")
     assert done.returncode == 1

@@ -98,3 +98,12 @@ def test_a_notebooks_version_changes_with_its_sources_only():
     run.metadata["colab"] = {"gpuType": "T4"}
     assert notebook_version(run) == notebook_version(base), "outputs, ids and metadata are left out"
     assert version_line("99_t.ipynb", base) == f'NOTEBOOK_VERSION = "99_t.ipynb@{notebook_version(base)}"'
+
+
+def test_every_entry_plans_its_slot():
+    for number, entry in manifest.notebooks().items():
+        assert 2 <= len(entry.objectives) <= 4, f"{number}: two to four objectives"
+        assert entry.builds_on == "" or entry.builds_on < number, f"{number} builds on an earlier notebook"
+        assert entry.teaching_minutes % 5 == 0 and 0 < entry.teaching_minutes <= 45, number
+        assert entry.exercise_minutes > 0, number
+        assert entry.t4_run_minutes >= entry.t4_run_minutes_at_least, number

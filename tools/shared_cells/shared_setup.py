@@ -1,7 +1,10 @@
 #@title Shared setup: helpers, the device and the fast switch (the same cell in every notebook)
+import base64
 import functools
 import hashlib
+import html
 import inspect
+import io
 import json
 import linecache
 import os
@@ -92,6 +95,39 @@ def no_gpu_warning(service, device_type):
     bar = "!" * 72
     return (f"{bar}\nNO GPU: this {service} session has none, so every cell below runs on the "
             f"CPU.\nTo use a GPU: {GPU_SWITCH[service]}, then run all cells again.\n{bar}")
+
+
+# Colours that read for the common colour-vision deficiencies (Okabe and Ito's palette). Two series on
+# one chart also differ in line style and marker (SERIES_STYLES), so that colour never carries a
+# difference alone; a colour map is "cividis".
+PALETTE = {"blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00",
+           "sky": "#56B4E9", "purple": "#CC79A7", "yellow": "#F0E442", "grey": "#999999"}
+SERIES_STYLES = [{"color": "#0072B2", "linestyle": "-", "marker": "o"},  # blue
+                 {"color": "#E69F00", "linestyle": "--", "marker": "s"},  # orange
+                 {"color": "#009E73", "linestyle": ":", "marker": "^"},  # green
+                 {"color": "#D55E00", "linestyle": "-.", "marker": "D"}]  # vermillion
+
+
+def figure_bundle(png, alt):
+    """(data, metadata) that show a PNG with its alt text: JupyterLab and Colab draw the HTML form,
+    whose <img> carries the alt; nbconvert reads the PNG's `alt` from the metadata; text/plain says
+    what the figure shows where no picture can be drawn."""
+    data = base64.b64encode(png).decode("ascii")
+    html_form = f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt, quote=True)}">'
+    return ({"image/png": data, "text/html": html_form, "text/plain": f"[figure: {alt}]"},
+            {"image/png": {"alt": alt}})
+
+
+def show_figure(figure, alt):
+    """Show a matplotlib figure with its alt text, which a screen reader reads aloud: say what it
+    shows, in a sentence. The figure is then closed, so that it is not shown twice."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    plt.close(figure)
+    data, metadata = figure_bundle(buffer.getvalue(), alt)
+    display(data, metadata=metadata, raw=True)
 
 
 FIGURES_MIME = "application/vnd.gpu-tutorials.figures+json"
