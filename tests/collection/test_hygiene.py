@@ -14,6 +14,7 @@ import sys
 import nbformat
 import pytest
 
+from anatomy import is_folded
 from support.notebook_code import NOTEBOOKS, REPO, code_cells, read
 
 NOTEBOOK_IDS = [path.name for path in NOTEBOOKS]
@@ -212,7 +213,7 @@ FOLDED = {"jupyter": {"source_hidden": True}, "cellView": "form"}
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
 def test_every_title_cell_is_folded_in_jupyterlab_and_colab(path):
     for cell in read(path).cells:
-        if cell.cell_type == "code" and cell.source.startswith("#@title "):
+        if is_folded(cell):
             assert cell.metadata.get("jupyter", {}).get("source_hidden") is True, cell.source[:70]
             assert cell.metadata.get("cellView") == "form", cell.source[:70]
         else:
