@@ -1,5 +1,5 @@
 """Notebook 01's measuring helpers, run for real on the CPU: the clock that waits for the device, the
-matrix product's GFLOP/s, the speed chart, the copy speed and its table."""
+matrix product's GFLOP/s, the speed chart and its alt text, the copy speed and its table."""
 import pytest
 import torch
 
@@ -46,3 +46,7 @@ def test_a_copy_on_the_cpu_is_measured_for_real():
 def test_the_copy_table_is_rounded():
     copies = nb.copy_table({"pinned CPU memory -> GPU": 12.345678}, 256)
     assert copies.iloc[0, 0] == 12.3 and copies.index.name == "copy of 256 MB"
+
+
+def test_the_charts_alt_text_says_each_bar_in_words():
+    assert nb.speed_words({"cpu": 87.654, "cuda": 7123.4}) == "cpu 88 GFLOP/s, cuda 7,123 GFLOP/s"

@@ -1,7 +1,7 @@
 """Notebook 02's helpers called with made-up inputs on the CPU (and on the `meta` device, a second
-device every install has): the batches, the training loop and the model factory of Step 3, the figures the
-core reports, rounding the tables, Going deeper's story of where random numbers are made, saving and
-loading weights, timing a forward pass."""
+device every install has): the training loop, the model factory and the loss verdict of Step 3, the
+figures the core reports, rounding the tables, and Going deeper's batches sliced on the device, story of
+where random numbers are made, saving and loading weights, timing a forward pass."""
 import pickle
 
 import pandas as pd
@@ -84,28 +84,29 @@ def test_summarize_run_reports_milliseconds_per_epoch(nb):
                                            "ms_per_epoch": 500.0}
 
 
-def test_loss_verdict_names_the_runs_whose_loss_did_not_go_down(nb):
-    runs = [{"run": "a", "first_loss": 1.4, "last_loss": 0.5}, {"run": "b", "first_loss": 1.4,
-                                                                 "last_loss": 1.2}]
-    assert nb.loss_verdict(runs) == ("Every run's loss went down, to 0.50, 1.20; a blind guess among 4 "
+def test_loss_verdict_says_whether_the_loss_went_down_over_the_epochs(nb):
+    rows = [{"epoch": 1, "loss": 1.4, "seconds": 0.1}, {"epoch": 2, "loss": 0.9, "seconds": 0.1},
+            {"epoch": 3, "loss": 0.5, "seconds": 0.1}]
+    assert nb.loss_verdict(rows) == ("The loss went down, from 1.40 to 0.50; a blind guess among 4 "
                                      "labels scores ln 4 = 1.39.")
-    runs[1]["last_loss"] = 1.4  # the same is not lower
-    assert nb.loss_verdict(runs) == "The loss did NOT go down in: b."
+    rows[-1]["loss"] = 1.4  # the same is not lower
+    assert nb.loss_verdict(rows) == "The loss did NOT go down: 1.40 -> 1.40."
+    assert nb.loss_verdict(rows[:2]).startswith("The loss went down")  # 1.4 -> 0.9
 
 
-def test_the_core_reports_its_training_runs_and_what_stood_in(nb):
-    """Issue 32: the report_figures call hands on the time per epoch of Step 3's runs; `fallback`
-    says when the `meta` device stood in for the GPU's errors (one call, in the core:
-    tests/collection/test_figures_rule.py)."""
-    runs = [{"run": "data on device, OnDeviceBatches", "ms_per_epoch": 40.123, "last_loss": 0.123456}]
+def test_the_core_reports_its_training_run_and_what_stood_in(nb):
+    """Issue 32: the report_figures call hands on the median time per epoch of Step 3's run and its
+    last loss; `fallback` says when the `meta` device stood in for the GPU's errors (one call, in the
+    core: tests/collection/test_figures_rule.py)."""
+    rows = [{"epoch": 1, "loss": 1.3, "seconds": 0.050}, {"epoch": 2, "loss": 0.9, "seconds": 0.040123},
+            {"epoch": 3, "loss": 0.123456, "seconds": 0.030}]
     for elsewhere, fallback in [(META, "the meta device stood in for a GPU's errors"),
                                 (torch.device("cuda", 0), None), (torch.device("mps"), None)]:
         reported = []
-        namespace = {**vars(nb), "elsewhere": elsewhere, "runs": runs,
+        namespace = {**vars(nb), "elsewhere": elsewhere, "rows": rows,
                      "report_figures": lambda fallback=None, **figures: reported.append((fallback, figures))}
         run_cell("02", "report", namespace)
-        assert reported == [(fallback, {"epoch_ms": {"data on device, OnDeviceBatches": 40.12},
-                                        "last_loss": {"data on device, OnDeviceBatches": 0.1235}})]
+        assert reported == [(fallback, {"epoch_ms": 40.12, "last_loss": 0.1235})]
 
 
 # --- every table a learner reads is rounded --------------------------------------------------

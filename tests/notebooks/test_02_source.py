@@ -17,11 +17,11 @@ def test_the_core_mixes_devices_through_not_the_cpu_only():
 
 
 def _displayed(statement):
-    """The expression a cell shows as its result, or None (a call to print, plt.show or display)."""
+    """The expression a cell shows as its result, or None (a call to print, show_figure or display)."""
     if not isinstance(statement, ast.Expr):
         return None
     if isinstance(statement.value, ast.Call) and ast.unparse(statement.value.func) in {
-            "print", "plt.show", "display"}:
+            "print", "show_figure", "display"}:
         return None
     return statement.value
 
