@@ -289,15 +289,13 @@ def test_the_pictures_draw_with_titles_and_labels():
 
     matplotlib.use("Agg")
     plt = nb.plt
-    nb.draw_dataparallel_and_ddp()
-    figure = plt.gcf()
+    figure = nb.draw_dataparallel_and_ddp()
     titles = [axis.get_title() for axis in figure.axes]
     assert any("DataParallel" in title for title in titles) and any("1 process per GPU" in t for t in titles)
     texts = " ".join(text.get_text() for axis in figure.axes for text in axis.texts)
     assert "all-reduce" in texts and "gradients" in texts
     plt.close(figure)
-    nb.draw_ring_allreduce(4)
-    figure = plt.gcf()
+    figure = nb.draw_ring_allreduce(4)
     axis = figure.axes[0]
     assert "Ring all-reduce of 4 processes" in axis.get_title() and "1.5 times" in axis.get_title()
     assert axis.get_xlabel() and axis.get_ylabel()
