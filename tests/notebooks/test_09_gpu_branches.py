@@ -113,7 +113,7 @@ LOGGED_KERNEL = """[__output_code] triton_poi_fused_add_mul_relu_0 = async_compi
 
 
 def run_step_4(nb, device_type, cpp_compiler, c_compiler, mode):
-    """Step 4's two cells with a stand-in torch.compile that logs a kernel as Inductor does: what
+    """Step 4's cell with a stand-in torch.compile that logs a kernel as Inductor does: what
     they printed, what they displayed, and the functions compiled."""
     import sys
 
@@ -132,7 +132,7 @@ def run_step_4(nb, device_type, cpp_compiler, c_compiler, mode):
                  "TRITON_MODE": mode, "find_cpp_compiler": lambda: cpp_compiler,
                  "find_c_compiler": lambda: c_compiler, "x": torch.ones(3), "y": -torch.ones(3),
                  "display": shown.append}
-    printed = run_cell("09", "compile", namespace) + run_cell("09", "show-code", namespace)
+    printed = run_cell("09", "show-code", namespace)
     return printed, shown, compiled
 
 
