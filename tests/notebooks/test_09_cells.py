@@ -278,7 +278,7 @@ def test_the_core_reports_its_figures_once_with_what_stood_in(nb, mode, fallback
     speeds = None
     if mode == "compiled":
         candidates = nb.speed_candidates(torch.ones(100), torch.ones(100), torch.ones(4, 10), None)
-        speeds = nb.speed_table(candidates, lambda f: 2e-3, nb.datasheet("Tesla T4"))
+        speeds = nb.speed_table(candidates, lambda f: 2e-3, "Tesla T4")
     namespace = {**vars(nb), "TRITON_MODE": mode, "speeds": speeds, "CHECKS": {"vector add": "passed"},
                  "report_figures": lambda fallback=None, **figures: reported.append((fallback, figures))}
     run_cell("09", "report", namespace)

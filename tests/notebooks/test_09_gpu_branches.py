@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from support.notebook_09 import stand_in_triton
-from support.notebook_code import load_helpers
+from support.notebook_code import load_helpers, run_cell
 
 
 @pytest.fixture(scope="module")
@@ -68,14 +68,96 @@ def test_matmul_tolerance_allows_tf32_only_from_compute_capability_8(nb, mode, c
     assert tolerance == ({"atol": 1e-2, "rtol": 1e-2} if tf32 else {"atol": 1e-4, "rtol": 1e-4})
 
 
-@pytest.mark.gpu_branch("09", "inductor_plan: device_type == 'cuda' and has_triton")
-@pytest.mark.gpu_branch("09", "inductor_plan: device_type == 'cuda'")
-@pytest.mark.gpu_branch("09", "inductor_plan: device_type == 'cpu' and cpp_compiler")
-@pytest.mark.gpu_branch("09", "inductor_plan: device_type == 'cpu'")
-def test_inductor_plan_for_each_device(nb):
-    assert nb.inductor_plan("cuda", None, True) == (True, "Inductor writes Triton kernels for your GPU")
-    assert nb.inductor_plan("cuda", "/usr/bin/g++", False)[0] is False
-    assert nb.inductor_plan("cpu", "/usr/bin/g++", False)[0] is True  # no Triton needed on a CPU
-    assert "g++" in nb.inductor_plan("cpu", "/usr/bin/g++", True)[1]
-    assert nb.inductor_plan("cpu", None, True)[0] is False
-    assert nb.inductor_plan("mps", "/usr/bin/clang++", False)[0] is False
+# --- On a GPU, Triton builds each kernel's launcher with a C compiler ---------------------------------
+
+@pytest.mark.parametrize("mode, c_compiler, problem", [
+    ("compiled", None, True), ("compiled", "/usr/bin/gcc", False),
+    ("interpreter", None, False), ("shown", None, False)])  # only compiled kernels need one
+def test_launcher_problem_only_for_compiled_kernels_without_a_c_compiler(nb, mode, c_compiler, problem):
+    said = nb.launcher_problem(mode, c_compiler)
+    assert (said is not None) == problem
+    if problem:
+        assert said.startswith("no C compiler found") and "gcc" in said
+
+
+@pytest.mark.parametrize("c_compiler", [None, "/usr/bin/gcc"])
+def test_the_launcher_cell_on_a_stand_in_cuda_machine_names_a_missing_c_compiler(nb, c_compiler):
+    namespace = {**vars(nb), "TRITON_MODE": "compiled", "known_problem": None,
+                 "find_c_compiler": lambda: c_compiler}
+    printed = run_cell("09", "launcher", namespace)
+    if c_compiler:
+        assert printed == "" and namespace["known_problem"] is None
+    else:
+        assert namespace["known_problem"] == nb.launcher_problem("compiled", None)
+        assert printed.startswith("Known problem: no C compiler found")
+        # every check after it names the cause with its FAILED verdict
+        verdict = nb.check_kernel("k", lambda: 1 / 0, None, "compiled", namespace["known_problem"],
+                                  checks={})[1]
+        assert "Known cause: no C compiler found" in verdict
+
+
+def test_the_launcher_cell_leaves_the_interpreters_known_problem_alone(nb):
+    namespace = {**vars(nb), "TRITON_MODE": "interpreter", "known_problem": "old triton",
+                 "find_c_compiler": lambda: None}
+    assert run_cell("09", "launcher", namespace) == ""
+    assert namespace["known_problem"] == "old triton"
+
+
+# Shaped as the output_code log writes a Triton kernel (tests/notebooks/test_09_helpers.py has a
+# whole one): the logger's prefix, the kernel's name, async_compile.triton and its source.
+LOGGED_KERNEL = """[__output_code] triton_poi_fused_add_mul_relu_0 = async_compile.triton('k', '''
+[__output_code] @triton.jit
+[__output_code] def triton_poi_fused_add_mul_relu_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK):
+[__output_code]     xmask = xindex < xnumel
+[__output_code] ''', device_str='cuda')"""
+
+
+def run_step_4(nb, device_type, cpp_compiler, c_compiler, mode):
+    """Step 4's cell with a stand-in torch.compile that logs a kernel as Inductor does: what
+    they printed, what they displayed, and the functions compiled."""
+    import sys
+
+    compiled, shown = [], []
+
+    def compile(function):
+        compiled.append(function)
+        print(LOGGED_KERNEL, file=sys.stderr)  # the cell keeps what goes to stderr as the log
+        return function
+
+    stand_in_torch = types.SimpleNamespace(
+        compile=compile, relu=torch.relu, testing=torch.testing,
+        _dynamo=types.SimpleNamespace(reset=lambda: None),
+        _logging=types.SimpleNamespace(set_logs=lambda **logs: None))
+    namespace = {**vars(nb), "torch": stand_in_torch, "device": torch.device(device_type),
+                 "TRITON_MODE": mode, "find_cpp_compiler": lambda: cpp_compiler,
+                 "find_c_compiler": lambda: c_compiler, "x": torch.ones(3), "y": -torch.ones(3),
+                 "display": shown.append}
+    printed = run_cell("09", "show-code", namespace)
+    return printed, shown, compiled
+
+
+def test_step_4_on_a_stand_in_cuda_machine_compiles_with_a_c_compiler_and_shows_the_kernel(nb):
+    printed, shown, compiled = run_step_4(nb, "cuda", None, "/usr/bin/gcc", "compiled")
+    assert printed.startswith("Backend inductor: Inductor writes Triton kernels for the GPU; Triton "
+                              "builds their launchers with /usr/bin/gcc.")
+    assert "Inductor wrote 1 kernel(s) for the three operations: triton_poi_fused_add_mul_relu_0" in printed
+    assert [function.__name__ for function in compiled] == ["add_relu_double"]
+    assert len(shown) == 1 and shown[0].data.startswith("@triton.jit")
+
+
+def test_step_4_on_a_stand_in_cuda_machine_without_a_c_compiler_compiles_nothing_and_says_why(nb):
+    printed, shown, compiled = run_step_4(nb, "cuda", "/usr/bin/g++", None, "compiled")
+    assert printed.startswith("Backend aot_eager: a C compiler missing, so no Inductor")
+    assert compiled == [] and shown == [] and "Inductor wrote" not in printed
+
+
+@pytest.mark.parametrize("device_type, cpp_compiler, mode, inductor", [
+    ("cuda", "/usr/bin/g++", "shown", False),  # no Triton: no GPU kernels, whatever the compilers
+    ("cpu", "/usr/bin/g++", "shown", True),  # a CPU needs no Triton, only a C++ compiler
+    ("cpu", None, "interpreter", False),
+    ("mps", "/usr/bin/clang++", "interpreter", False)])
+def test_step_4_compiles_only_where_inductor_can_write_kernels(nb, device_type, cpp_compiler, mode,
+                                                               inductor):
+    printed, _, compiled = run_step_4(nb, device_type, cpp_compiler, "/usr/bin/gcc", mode)
+    assert printed.startswith(f"Backend {'inductor' if inductor else 'aot_eager'}: ")
+    assert bool(compiled) == inductor

@@ -276,7 +276,7 @@ def test_speed_table_from_stand_in_timings(nb, capsys):
             raise RuntimeError("launch failed")
         return 1e-3
 
-    table = nb.speed_table(candidates, seconds_of, (320, 8.1, "https://www.nvidia.com/"))
+    table = nb.speed_table(candidates, seconds_of, "Tesla T4")  # 320 GB/s
     vector = table.loc[("vector add", "PyTorch x + y")]
     assert vector.GB_per_s == pytest.approx(3 * 1000 * 4 / 1e-3 / 1e9, abs=0.01)
     assert vector.share_of_peak_pct == pytest.approx(100 * vector.GB_per_s / 320, abs=0.01)
@@ -286,7 +286,9 @@ def test_speed_table_from_stand_in_timings(nb, capsys):
     unfused = table.loc[("row softmax", "five PyTorch operations")].GB_per_s
     # the five operations move about four times the bytes: in the same time, four times the GB/s
     assert unfused == pytest.approx(4 * table.loc[("row softmax", "torch.softmax")].GB_per_s, rel=0.01)
-    no_peaks = nb.speed_table(candidates[:1], lambda f: 1e-3, None)
+    capsys.readouterr()
+    no_peaks = nb.speed_table(candidates[:1], lambda f: 1e-3, "NVIDIA L40S")
+    assert capsys.readouterr().out.startswith("NVIDIA L40S is not in the datasheet table")
     assert math.isnan(no_peaks.share_of_peak_pct.iloc[0])
 
 
@@ -301,13 +303,13 @@ def test_kernel_figures_keep_each_check_and_on_a_gpu_each_of_your_kernels_speeds
                                                "check row softmax": "failed"}
     x = y = torch.ones(1000)
     candidates = nb.speed_candidates(x, y, torch.ones(10, 100), None)
-    speeds = nb.speed_table(candidates, lambda f: 1e-3, (320, 8.1, "page"))
+    speeds = nb.speed_table(candidates, lambda f: 1e-3, "Tesla T4")
     figures = nb.kernel_figures({}, speeds)
     assert figures["add_kernel GB_per_s"] == speeds.loc[("vector add", "your add_kernel")].GB_per_s
     assert figures["add_kernel share_of_peak_pct"] == pytest.approx(100 * 0.012 / 320, abs=0.01)
     assert set(figures) == {f"{kernel} {column}" for kernel in ("add_kernel", "softmax_kernel")
                             for column in ("GB_per_s", "share_of_peak_pct")}
-    unknown = nb.kernel_figures({}, nb.speed_table(candidates, lambda f: 1e-3, None))
+    unknown = nb.kernel_figures({}, nb.speed_table(candidates, lambda f: 1e-3, "NVIDIA L40S"))
     assert unknown["softmax_kernel share_of_peak_pct"] is None  # NaN is no JSON number
     assert isinstance(unknown["softmax_kernel GB_per_s"], float)
 

@@ -48,7 +48,8 @@ def test_step_2_sends_untimed_warm_up_requests_before_the_timed_ones(nb):
                  "torch": types.SimpleNamespace(randn=lambda count, *shape: torch.arange(float(count)),
                                                 cat=torch.cat),
                  "REQUESTS": 30, "WARM_UP": 5, "first_s": 0.5, "device": torch.device("cpu"),
-                 "draw_latencies": lambda latencies, first_s, device: None}
+                 "draw_latencies": lambda latencies, first_s, device: None,
+                 "show_figure": lambda figure, alt: None}
     run_cell("10", "requests", namespace)
     assert calls == list(range(5)) + list(range(30)), "the warm-up first, then every request, timed"
     assert namespace["latencies"] == [pytest.approx(0.001)] * 30

@@ -54,7 +54,10 @@ def test_the_eval_mode_cell_judges_at_the_tolerance_of_the_devices_float32(nb, k
     namespace = {**vars(nb), "model": TwoModes(), "device": torch.device("cpu"), "IMAGE": (3, 2, 2),
                  "copy": types.SimpleNamespace(deepcopy=lambda model: model),
                  "display": lambda table: None, "float32_kind": lambda device: kind}
-    assert run_cell("10", "eval-mode", namespace).startswith(verdict)
+    printed = run_cell("10", "eval-mode", namespace).splitlines()
+    assert printed[0].startswith("train mode: two calls differ by up to ")
+    assert printed[1].startswith("eval mode: two calls differ by up to ") and len(printed) == 3
+    assert printed[-1].startswith(verdict)
 
 
 @pytest.mark.parametrize("kind, verdict", [

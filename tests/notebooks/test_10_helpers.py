@@ -69,6 +69,40 @@ def test_time_mode_times_calls_of_the_model_it_is_given_under_the_mode_it_is_giv
     assert seen == [(2, False)] * 2
 
 
+# --- The figures: each line told apart by its style, not its colour alone -------------------------
+
+def test_the_latency_histogram_marks_the_percentiles_and_the_first_request_each_in_its_own_style(nb):
+    import matplotlib.pyplot as plt
+
+    latencies = [0.001] * 90 + [0.002] * 9 + [0.010]
+    figure = nb.draw_latencies(latencies, 0.5, torch.device("cpu"))
+    (axis,) = figure.axes
+    lines = {line.get_label(): line.get_linestyle() for line in axis.get_lines()}
+    assert list(lines) == ["p50 = 1.00 ms", "p95 = 2.00 ms", "p99 = 2.00 ms", "first request = 500.0 ms"]
+    assert len(set(lines.values())) == 4, "four line styles: colour never carries the difference alone"
+    assert axis.get_xscale() == "log" and axis.get_xlabel() and axis.get_ylabel()
+    plt.close(figure)
+
+
+@pytest.mark.parametrize("knee, marked", [(4.0, True), (1000.0, False)])
+def test_the_sweep_draws_the_measured_times_the_fit_and_the_knee_inside_the_sweep(nb, knee, marked):
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    sweep = pd.DataFrame({"ms_per_batch": [1.0, 1.0, 1.1, 2.0, 4.0],
+                          "images_per_s": [1e3, 2e3, 3.6e3, 4e3, 4e3]},
+                         index=pd.Index([1, 2, 4, 8, 16], name="batch_size"))
+    figure = nb.draw_sweep(sweep, 1e-3, 2.5e-4, knee, overlap=True)
+    left, right = figure.axes
+    labels = [line.get_label() for line in left.get_lines()]
+    assert labels[:2] == ["measured", "two-number fit"]
+    assert (f"knee ≈ batch {knee:.0f}" in labels) == marked
+    measured, fit = left.get_lines()[:2]
+    assert (measured.get_marker(), measured.get_linestyle()) != (fit.get_marker(), fit.get_linestyle())
+    assert left.get_yscale() == "log" and right.get_ylabel() == "pictures per second"
+    plt.close(figure)
+
+
 # --- Step 3: the two-number fit and the knee ------------------------------------------------------
 
 SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
