@@ -97,9 +97,9 @@ def no_gpu_warning(service, device_type):
             f"CPU.\nTo use a GPU: {GPU_SWITCH[service]}, then run all cells again.\n{bar}")
 
 
-# Colours that read for the common colour-vision deficiencies (Okabe and Ito's palette). Two series on
-# one chart also differ in line style and marker (SERIES_STYLES), so that colour never carries a
-# difference alone; a colour map is "cividis".
+# Colours that read for the common colour-vision deficiencies (Okabe and Ito's palette). Two
+# series on one chart also differ in line style and marker (SERIES_STYLES), so that colour never
+# carries a difference alone; a colour map is "cividis".
 PALETTE = {"blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00",
            "sky": "#56B4E9", "purple": "#CC79A7", "yellow": "#F0E442", "grey": "#999999"}
 SERIES_STYLES = [{"color": "#0072B2", "linestyle": "-", "marker": "o"},  # blue
