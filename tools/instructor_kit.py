@@ -8,8 +8,8 @@
 A note's generated part, between its two marker lines, comes from the notebook (its sections), its
 manifest entry (objectives, the notebook it builds on, the hardware, the minutes), the class rule applied
 section by section to a fast-mode run of the notebook alone (the timing plan, and where the class should
-be at 15, 30 and 45 minutes), and the notebook's exercise tests (the wrong answers they try, and what the
-check says to each). Below it, the written part: what to cut when the class runs late, the platform's
+be at 15, 30 and 45 minutes), which exercises fit in what the 60-minute slot leaves, and the notebook's
+exercise tests (the wrong answers they try, and what the check says to each). Below it, the written part: what to cut when the class runs late, the platform's
 pitfalls, questions to ask. A new note gets the headings of its written part to fill in; a rewrite keeps
 what is written there. The nbval run checks each note's timing plan against the run it makes
 (conftest.py), and tests/tooling/test_instructor_kit.py the rest.
@@ -149,6 +149,50 @@ def exercise_minutes(task):
     return int(found.group(1)) if found else None
 
 
+SLOT_MINUTES = 60
+
+
+def _named(names):
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def slot_fit(teaching, exercises, slot=SLOT_MINUTES):
+    """(minutes the slot leaves after `teaching`, the leading exercises of `exercises` ([(heading,
+    minutes or None)], in order) whose minutes add up to no more than that, their minutes, the rest)."""
+    left = slot - teaching
+    fit, used = [], 0
+    for heading, took in exercises:
+        if took is None or used + took > left:
+            break
+        fit.append(heading.split(" · ", 1)[0])
+        used += took
+    return left, fit, used, [heading.split(" · ", 1)[0] for heading, _ in exercises[len(fit):]]
+
+
+def in_the_slot(teaching, exercises, slot=SLOT_MINUTES):
+    """The note's sentence: what the slot leaves after the teaching, which exercises fit in it, which
+    are for after the class."""
+    left, fit, used, rest = slot_fit(teaching, exercises, slot)
+    if not exercises:
+        return f"The {slot}-minute slot leaves {left} min after the teaching."
+    if not fit:
+        said = f"none of the exercises fits in it, so start {rest[0]} in class and finish it after"
+    else:
+        said = f"{_named(fit)} ({used} min) fit{'s' * (len(fit) == 1)} in it"
+        if rest:
+            said += f"; {_named(rest)} {'is' if len(rest) == 1 else 'are'} for after the class"
+    return f"The {slot}-minute slot leaves {left} min after the teaching: {said}."
+
+
+def task_minutes(notebook):
+    """[(exercise heading, its minutes or None)] of a notebook, in order."""
+    found = []
+    for parts in anatomy.exercises(notebook).values():
+        task = anatomy._source(parts["task"])
+        found.append((task.split("\n", 1)[0].lstrip("# ").strip(), exercise_minutes(task)))
+    return found
+
+
 def generated_part(number, notebook, entry, minutes, messages):
     """The note's generated part (between START and END)."""
     source = anatomy._source(notebook["cells"][0])
@@ -163,6 +207,7 @@ def generated_part(number, notebook, entry, minutes, messages):
              "the measured minutes per Step.", ""]
     lines += timing_table(minutes, section_titles(notebook))
     lines += ["", "## Exercises, and the wrong answers learners give", "",
+              in_the_slot(entry.teaching_minutes, task_minutes(notebook)), "",
               "Each check answers these wrong answers (the ones its tests try) with the message below: "
               "what to say is what it says, and why.", ""]
     for name, parts in anatomy.exercises(notebook).items():
@@ -208,25 +253,45 @@ def written_problems(text):
 
 # ---- The schedule --------------------------------------------------------------------------------
 
-def schedule_text(entries, titles, measured):
-    """docs/schedule.md: the slots in order, the manifest's minutes, the GPU records' where measured
+def schedule_text(entries, titles, measured, exercises):
+    """docs/schedule.md: the slots in order, the manifest's minutes, the exercises that fit in what the
+    slot leaves (`exercises`: {number: [(heading, minutes)]}), the GPU records' minutes where measured
     (`measured`: {file name: (minutes, runs)} for the hardware each is taught on)."""
     lines = ["# Schedule: ten 60-minute slots", "",
              "Written by tools/instructor_kit.py from notebooks/manifest.toml and the GPU records "
              "(records/gpu/): edit those, then run it. Teaching minutes are the class rule's (README); "
-             "each notebook's instructor note (docs/instructors/) splits them by Step.", "",
-             "| slot | notebook | taught on | teaching, min | exercises, min | core on its GPU, measured |",
-             "|---|---|---|---|---|---|"]
+             "each notebook's instructor note (docs/instructors/) splits them by Step. The exercises "
+             "that fit in what the slot leaves are done in class; the others are for after it.", "",
+             "| slot | notebook | taught on | teaching, min | exercises, min | in the slot "
+             "| core on its GPU, measured |",
+             "|---|---|---|---|---|---|---|"]
     for slot, (number, entry) in enumerate(sorted(entries.items()), start=1):
         found = measured.get(entry.file)
         runs = f"{found[0]} min ({found[1]} run{'s' * (found[1] != 1)})" if found else "not measured yet"
         lines.append(f"| {slot} | [{number} · {titles[number]}](instructors/{entry.file.replace('.ipynb', '.md')}) "
-                     f"| {entry.hardware} | {entry.teaching_minutes} | {entry.exercise_minutes} | {runs} |")
+                     f"| {entry.hardware} | {entry.teaching_minutes} | {entry.exercise_minutes} "
+                     f"| {fitting(entry.teaching_minutes, exercises.get(number, []))} | {runs} |")
     teaching = sum(entry.teaching_minutes for entry in entries.values())
-    exercises = sum(entry.exercise_minutes for entry in entries.values())
-    lines += ["", f"In all: {teaching} min of teaching and {exercises} min of exercises in "
-                  f"{len(entries)} slots of 60 min.", ""]
+    exercises_total = sum(entry.exercise_minutes for entry in entries.values())
+    in_class = sum(slot_fit(entry.teaching_minutes, exercises.get(number, []))[2]
+                   for number, entry in entries.items())
+    lines += ["", f"In all: {teaching} min of teaching and {exercises_total} min of exercises, {in_class} "
+                  f"of them in class, in {len(entries)} slots of {SLOT_MINUTES} min.", ""]
     return "\n".join(lines)
+
+
+def fitting(teaching, exercises):
+    """The schedule's cell: the exercises that fit in what the slot leaves after `teaching` minutes."""
+    left, fit, used, _ = slot_fit(teaching, exercises)
+    return f"{_named(fit)}: {used} of {left} min" if fit else f"none: {left} min left"
+
+
+def exercises_of(entries):
+    """{number: [(exercise heading, minutes)]} of each notebook."""
+    import nbformat
+
+    return {number: task_minutes(nbformat.read(str(entry.path), as_version=4))
+            for number, entry in entries.items()}
 
 
 def measured_minutes(entries):
@@ -288,7 +353,8 @@ def main(argv=None):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
             print(f"wrote {path.relative_to(REPO)}")
-    schedule = schedule_text(entries, titles_of(entries), measured_minutes(entries))
+    schedule = schedule_text(entries, titles_of(entries), measured_minutes(entries),
+                             exercises_of(entries))
     if args.check:
         if not SCHEDULE.exists() or SCHEDULE.read_text(encoding="utf-8") != schedule:
             print("docs/schedule.md differs: run tools/instructor_kit.py")

@@ -34,7 +34,25 @@ def test_each_notes_written_part_says_what_to_cut_the_pitfalls_and_questions(pat
 def test_the_schedule_is_current():
     entries = manifest.notebooks()
     assert kit.SCHEDULE.read_text(encoding="utf-8") == kit.schedule_text(
-        entries, kit.titles_of(entries), kit.measured_minutes(entries)), "run tools/instructor_kit.py"
+        entries, kit.titles_of(entries), kit.measured_minutes(entries), kit.exercises_of(entries)), (
+        "run tools/instructor_kit.py")
+
+
+def test_the_exercises_that_fit_in_what_the_slot_leaves_are_the_leading_ones_that_add_up():
+    tasks = [("Exercise 1 · One", 10), ("Exercise 2 · Two", 5), ("Exercise 3 · Three", 10)]
+    assert kit.slot_fit(45, tasks) == (15, ["Exercise 1", "Exercise 2"], 15, ["Exercise 3"])  # 15 of 15
+    assert kit.slot_fit(46, tasks) == (14, ["Exercise 1"], 10, ["Exercise 2", "Exercise 3"])
+    assert kit.slot_fit(35, tasks)[1:] == (["Exercise 1", "Exercise 2", "Exercise 3"], 25, [])
+    assert kit.slot_fit(51, tasks)[1:] == ([], 0, ["Exercise 1", "Exercise 2", "Exercise 3"])
+    # an exercise that does not say its minutes ends what fits: the plan cannot count it
+    assert kit.slot_fit(30, [("Exercise 1 · One", None), ("Exercise 2 · Two", 5)])[1] == []
+    assert kit.in_the_slot(46, tasks) == ("The 60-minute slot leaves 14 min after the teaching: Exercise 1 "
+                                          "(10 min) fits in it; Exercise 2 and Exercise 3 are for after "
+                                          "the class.")
+    assert kit.in_the_slot(51, tasks).endswith("none of the exercises fits in it, so start Exercise 1 in "
+                                               "class and finish it after.")
+    assert kit.fitting(45, tasks) == "Exercise 1 and Exercise 2: 15 of 15 min"
+    assert kit.fitting(51, tasks) == "none: 9 min left"
 
 
 def test_the_timing_plan_rounds_each_section_and_says_where_the_class_is():
