@@ -65,12 +65,12 @@ def test_notebook_01_without_fastai_runs_to_the_end_and_skips_step_6(run_without
 
 
 def test_notebook_03_without_ddgs_takes_the_offline_path(run_without):
-    # Through the plan only: the cells after it branch on `plan`, on `online and search_installed`
-    # (the first look) and on UNAVAILABLE (the export, which only "fastai export" there skips:
+    # Through the plan only: the cells after it branch on `plan` (the first look, the download, the
+    # check) and on UNAVAILABLE (the export, which only "fastai export" there skips:
     # test_03_training.py tests export_skip_reason); with the values the last cell prints, they take the
     # path of nbval's run wherever that is offline (as CI is) to the end, so running them again here
     # would check nothing new.
-    state = "plan, online and search_installed, sorted(UNAVAILABLE)"
+    state = "plan, sorted(UNAVAILABLE)"
     cells = run_without("ddgs", "03", through="plan", then=f"print(repr(({state})))")
     assert errors(cells) == []
     assert all(cell["count"] is not None for cell in cells), "every code cell must have run"
@@ -80,7 +80,7 @@ def test_notebook_03_without_ddgs_takes_the_offline_path(run_without):
     plans = [" ".join(shown_text(cell).split()) for cell in cells[2:] if "Plan: " in shown_text(cell)]
     assert len(plans) == 1 and plans[0].startswith("Plan: stand-in."), plans
     assert "ddgs is not installed" in plans[0], "the plan must say why there is no search"
-    assert shown_text(cells[-1]).strip() == "('stand-in', False, ['ddgs'])", "the state the rest reads"
+    assert shown_text(cells[-1]).strip() == "('stand-in', ['ddgs'])", "the state the rest reads"
 
 
 def test_notebook_03_without_fastai_stops_with_the_plain_message(run_without):

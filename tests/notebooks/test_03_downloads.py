@@ -56,8 +56,7 @@ def test_first_look_downloads_the_first_result_that_is_a_picture_and_keeps_the_s
     ddgs, calls = fake_ddgs([ddgs_result(url) for url in urls])
     find_urls, _ = first_look(ddgs)
     dest = tmp_path / "first_look" / "bird.jpg"
-    photo, detail = nb.search_first_photo("bird photo", dest, "search", online=True, search_installed=True,
-                                          find_urls=find_urls)
+    photo, detail = nb.search_first_photo("bird photo", dest, "search", find_urls=find_urls)
     assert (photo, detail) == (dest, f"{server}/good-big.jpg")  # the 404 and the web page were skipped
     assert nb.picture_decodes(dest) and Image.open(dest).size == (600, 450)
     assert sorted(path.name for path in dest.parent.iterdir()) == ["bird.jpg"]  # no .part left behind
@@ -85,8 +84,7 @@ def test_first_look_with_failed_downloads_shows_a_labelled_standin_or_the_prepar
     ddgs, _ = fake_ddgs([ddgs_result(f"{server}/missing.jpg"), ddgs_result("http://127.0.0.1:9/refused.jpg")])
     find_urls, _ = first_look(ddgs)
     dest = tmp_path / "first_look" / "bird.jpg"
-    photo, problem = nb.search_first_photo("bird photo", dest, "search", online=True, search_installed=True,
-                                           find_urls=find_urls)
+    photo, problem = nb.search_first_photo("bird photo", dest, "search", find_urls=find_urls)
     assert photo is None and not dest.exists() and not dest.with_name("bird.jpg.part").exists()
     assert problem.startswith("the download failed (URLError:")  # the last one tried: refused
     assert "\n" not in problem
@@ -107,42 +105,39 @@ def test_first_look_with_failed_downloads_shows_a_labelled_standin_or_the_prepar
 def test_first_look_when_the_search_is_blocked_or_finds_no_picture(nb, tmp_path, first_look):
     ddgs, calls = fake_ddgs(DDGSException("202 Ratelimit"))
     find_urls, pauses = first_look(ddgs)
-    photo, problem = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", "search", True, True,
-                                           find_urls=find_urls)
+    photo, problem = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", "search", find_urls=find_urls)
     assert photo is None and "failed 2 times" in problem and "Ratelimit" in problem
     assert len(calls) == 2 and pauses == [5.0]  # a short retry: the first look goes on soon
 
     no_images, calls = fake_ddgs([{"title": "a result without a picture URL", "image": ""}])
     find_urls, _ = first_look(no_images)
-    photo, problem = nb.search_first_photo("forest photo", tmp_path / "forest.jpg", "search", True, True,
-                                           find_urls=find_urls)
+    photo, problem = nb.search_first_photo("forest photo", tmp_path / "forest.jpg", "search", find_urls=find_urls)
     assert photo is None and "no pictures" in problem
 
 
-@pytest.mark.parametrize("online, search_installed", [(False, True), (True, False), (False, False)])
-def test_first_look_without_a_search_does_not_try_one(nb, tmp_path, online, search_installed):
+def test_first_look_without_a_search_does_not_try_one(nb, tmp_path):
+    """The plan 'stand-in': no internet, or no ddgs (the plan, printed above the first look, says which)."""
     def must_not_search(query):
         raise AssertionError("no search can run")
 
-    photo, problem = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", "stand-in", online,
-                                           search_installed, find_urls=must_not_search)
-    assert (photo, problem) == (None, "no search")  # the plan, printed above the first look, says why
+    photo, problem = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", "stand-in",
+                                           find_urls=must_not_search)
+    assert (photo, problem) == (None, "no search")
 
 
-@pytest.mark.parametrize("plan, searched", [("reuse", False), ("search", True), ("stand-in", True)])
+@pytest.mark.parametrize("plan, searched", [("reuse", False), ("search", True), ("stand-in", False)])
 def test_first_look_uses_no_network_when_the_plan_is_reuse(nb, tmp_path, plan, searched):
-    """A prepared folder (a workshop, or a rerun) means no network at all; otherwise the search runs
-    whenever it can, even when Step 2 will not (the plan may be 'stand-in' after a failed search)."""
+    """A prepared folder (a workshop, or a rerun) means no network at all; only the plan 'search'
+    searches."""
     asked = []
 
     def find_urls(query):
         asked.append(query)
         return None, "the search failed"
 
-    photo, detail = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", plan, True, True,
-                                          find_urls=find_urls)
+    photo, detail = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", plan, find_urls=find_urls)
     assert photo is None and (asked == ["bird photo"]) == searched
-    assert ("nothing is searched or downloaded" in detail) == (not searched)
+    assert ("nothing is searched or downloaded" in detail) == (plan == "reuse")
 
 
 @pytest.mark.parametrize("bad_results, found", [(4, True), (5, False)])
@@ -160,7 +155,7 @@ def test_first_look_tries_exactly_five_results(nb, tmp_path, bad_results, found)
         dest.write_bytes(jpeg_bytes(40, 30))
         return dest
 
-    photo, detail = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", "search", True, True,
+    photo, detail = nb.search_first_photo("bird photo", tmp_path / "bird.jpg", "search",
                                           find_urls=lambda query: (urls, None), download=download)
     assert (photo is not None) == found and len(tried) == min(len(urls), 5)
     assert detail == ("https://good.example/bird.jpg" if found else
@@ -268,6 +263,31 @@ def test_download_keeps_good_pictures_removes_bad_ones_and_counts_every_url(nb, 
     assert again == {"new_urls": 0, "saved": 0, "broken": 0, "failed": 0, "added": 0, "images": 4}
     assert len(PictureServer.requests) == requests_before
     assert sorted((folder / "bird").iterdir()) == files
+
+
+def test_step_2_downloads_only_with_the_plan_search_and_shows_the_count(nb, tmp_path, server, use_ddgs, capsys,
+                                                                          monkeypatch):
+    """download_if_planned, Step 2's one call: no search and no download unless the plan is 'search'; then the
+    searches (saved in the manifest) and the table that counts every URL; a failed search says why."""
+    folder, manifest = tmp_path / "bird_or_not", tmp_path / "bird_or_not" / "manifest.json"
+    ddgs, calls = fake_ddgs([ddgs_result(f"{server}/good-big.jpg"), ddgs_result(f"{server}/page.jpg")])
+    use_ddgs(ddgs)
+    for plan in ("reuse", "stand-in"):
+        assert nb.download_if_planned(plan, {"bird": ["bird photo"]}, folder, manifest, 30) is None
+        assert capsys.readouterr().out == f"No download: the plan is {plan!r}.\n"
+    assert calls == [] and PictureServer.requests == [] and not folder.exists()
+
+    table = nb.download_if_planned("search", {"bird": ["bird photo"]}, folder, manifest, 30)
+    assert table.loc["bird"].to_dict() == {"new_urls": 2, "saved": 2, "broken": 1, "failed": 0, "added": 1,
+                                           "images": 1}
+    out = capsys.readouterr().out
+    assert "'bird photo': 2 URLs, searched now" in out and "Downloading:" in out
+    assert [call["query"] for call in calls] == ["bird photo"]
+
+    refused = "search 'forest photo' failed 3 times; last problem: DDGSException: 202 Ratelimit. Run again later."
+    monkeypatch.setitem(nb.download_if_planned.__globals__, "collect_urls", lambda *args: (None, refused))
+    assert nb.download_if_planned("search", {"forest": ["forest photo"]}, folder, manifest, 30) is None
+    assert capsys.readouterr().out == refused + "\n"
 
 
 def test_download_with_a_dead_network_leaves_the_urls_for_a_later_try(nb, tmp_path, server):

@@ -183,35 +183,57 @@ def test_the_kaggle_search_stops_at_a_depth(nb, tmp_path, depth, found):
 
 
 def plan_namespace(nb, tmp_path, monkeypatch, **values):
-    """What the plan cell and the check cell read: the helpers, and the sizes and folders of a small run."""
+    """What the plan cell and the check cell read: the helpers, and the sizes and folders of a small run (offline,
+    without ddgs, as on Kaggle with Internet off)."""
     monkeypatch.chdir(tmp_path)
     space = {**vars(nb), "DATA_DIR": tmp_path / "data", "DATASET_DIR": tmp_path / "data" / "bird_or_not",
              "STANDIN_DIR": tmp_path / "data" / "bird_or_not_standin", "LABELS": LABELS,
-             "MIN_IMAGES_PER_CLASS": 3, "STANDIN_PER_CLASS": 2, "KAGGLE_INPUT": tmp_path / "kaggle" / "input",
-             "IMAGE_SIZE": 192, "UNAVAILABLE": {"ddgs"}, "internet_available": lambda: False}
+             "MIN_IMAGES_PER_CLASS": 3, "STANDIN_PER_CLASS": 2, "IMAGE_SIZE": 192, "UNAVAILABLE": {"ddgs"},
+             "internet_available": lambda: False}
     space.update(values)
     return space
 
 
-@pytest.mark.parametrize("where", ["kaggle", "beside the notebook"])
-def test_the_plan_cell_brings_in_a_prepared_zip_and_plans_no_search(nb, tmp_path, monkeypatch, where):
-    """Kaggle with Internet off (so no ddgs): the attached photos make the plan 'reuse'."""
+@pytest.mark.parametrize("where", ["kaggle", "beside the notebook", "PHOTO_ZIP"])
+def test_the_plan_brings_in_a_prepared_zip_and_plans_no_search(nb, tmp_path, monkeypatch, capsys, where):
+    """Kaggle with Internet off (so no ddgs): the attached photos, a zip beside the notebook, or the one
+    PHOTO_ZIP names, make the plan 'reuse', said in one line."""
+    monkeypatch.chdir(tmp_path)
+    photo_zip = ""
     if where == "kaggle":
         kaggle_input(tmp_path, unpacked=False)
-    else:
+    elif where == "beside the notebook":
         (tmp_path / "bird_or_not.zip").write_bytes(prepared_zip(tmp_path, per_class=3))
-    space = plan_namespace(nb, tmp_path, monkeypatch)
-    out = run_cell("03", "plan", space)
-    assert space["plan"] == "reuse" and space["image_counts"] == {"bird": 3, "forest": 3}
-    assert "Unpacked 6 new files from " in out and "Plan: reuse." in out
+    else:
+        photo_zip = tmp_path / "drive" / "photos.zip"
+        photo_zip.parent.mkdir()
+        photo_zip.write_bytes(prepared_zip(tmp_path, per_class=3))
+    dataset = tmp_path / "data" / "bird_or_not"
+    plan = nb.plan_pictures(photo_zip, dataset, LABELS, 3, online=False, search_installed=False,
+                            kaggle_input=tmp_path / "kaggle" / "input")
+    out = capsys.readouterr().out
+    assert plan == "reuse" and nb.count_images(dataset, LABELS) == {"bird": 3, "forest": 3}
+    assert "Unpacked 6 new files from " in out
+    assert out.splitlines()[-1].startswith("Plan: reuse. ") and len(out.splitlines()) == 2  # the plan: one line
+
+
+def test_the_plan_unpacks_nothing_when_the_folder_has_enough_photos(nb, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bird_or_not.zip").write_bytes(prepared_zip(tmp_path, per_class=5))
+    dataset = tmp_path / "data" / "bird_or_not"
+    make_photo_folder(dataset, 3)
+    assert nb.plan_pictures("", dataset, LABELS, 3, True, True, kaggle_input=tmp_path / "none") == "reuse"
+    assert "Unpacked" not in capsys.readouterr().out and nb.count_images(dataset, LABELS) == {"bird": 3, "forest": 3}
 
 
 def test_the_plan_cell_refuses_a_zip_slip_and_falls_back_to_the_standins(nb, tmp_path, monkeypatch):
+    """The plan cell itself, as Step 1 shows it, with a zip beside the notebook whose names leave the folder."""
     (tmp_path / "bird_or_not.zip").write_bytes(zip_bytes({"bird/ok.jpg": jpeg_bytes(9, 9),
                                                           "../../outside.jpg": jpeg_bytes(9, 9)}))
     space = plan_namespace(nb, tmp_path, monkeypatch)
     out = run_cell("03", "plan", space)
-    assert "Refused " in out and space["plan"] == "stand-in"
+    assert "Refused " in out and space["plan"] == "stand-in" and space["PHOTO_ZIP"] == ""
+    assert "Plan: stand-in. " in out and "ddgs is not installed" in out and "no internet" in out
     assert not (tmp_path / "outside.jpg").exists() and not (tmp_path / "data" / "bird_or_not").exists()
 
 

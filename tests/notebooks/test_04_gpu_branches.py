@@ -106,9 +106,26 @@ def test_plot_timings_draws_this_run_saved_runs_and_each_crossover():
     figure = nb.plot_timings(current, [("saved", results[results.device == "cpu"])], [1e5, 2e6])
     axis = figure.axes[0]
     assert [line.get_linestyle() for line in axis.lines[:3]] == ["-", "-", "--"]
+    markers = [line.get_marker() for line in axis.lines[:3]]
+    assert len(set(markers)) == 3 and "None" not in markers  # not told apart by colour alone
     assert len(axis.lines) == 5 and axis.get_xscale() == axis.get_yscale() == "log"  # + two crossovers
     assert "parameters" in axis.get_xlabel() and "(s, log scale)" in axis.get_ylabel() and axis.get_title()
     plt.close(figure)
+
+
+def test_the_sweep_plots_alt_text_says_where_each_line_runs_and_where_they_cross():
+    results = played_back_results()
+    cpu, cuda = results[results.device == "cpu"], results[results.device == "cuda"]
+    current = [("x86_64 CPU (AVX2) · lab (8 cores) · 2026-01-31 (this run)", cpu),
+               ("Tesla T4 · lab (8 cores) · 2026-01-31 (this run)", cuda)]
+    text = nb.describe_timing_plot(current, [("saved", cpu)], [123456.0])
+    first = f"x86_64 CPU (AVX2), solid, from {cpu.s_per_100_epochs.iloc[0]:.2g} s at {cpu.params.iloc[0]:,.0f} "
+    assert text.startswith(first + "parameters to ") and "; Tesla T4, solid, from " in text
+    assert text.endswith("; 1 dashed line of runs saved earlier; a dotted vertical line at each crossover: "
+                         "123,456 parameters")
+    alone = nb.describe_timing_plot(current[:1], [("a", cpu), ("b", cpu)], [])
+    assert alone.startswith(first) and alone.endswith("; 2 dashed lines of runs saved earlier")
+    assert "crossover" not in alone and "Tesla" not in alone
 
 
 # --- Step 4: two numbers, and the break-even they give ------------------------------------------
@@ -167,7 +184,7 @@ def test_the_cpu_against_gpu_cells_of_a_t4_run(tmp_path, monkeypatch):
     out = ""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*non-interactive", category=UserWarning)  # plt.show, Agg
-        for cell_id in ("sweep-plot", "sweep-table", "save-results", "break-even", "figures", "fit",
+        for cell_id in ("sweep-plot", "sweep-table", "break-even", "figures", "fit",
                         "cost-plot", "fitted-break-even", "batch-read"):
             out += run_cell("04", cell_id, space)
 
@@ -212,7 +229,7 @@ def test_the_cpu_alone_reports_its_own_figures_and_no_crossover(tmp_path):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*non-interactive", category=UserWarning)
         out = "".join(run_cell("04", cell_id, space)
-                      for cell_id in ("sweep-plot", "sweep-table", "save-results", "break-even", "figures"))
+                      for cell_id in ("sweep-plot", "sweep-table", "break-even", "figures"))
     assert space["crossovers"] == [] and list(space["comparison"].columns) == ["params", "cpu_s"]
     assert "Only the CPU was measured: no crossover to find." in out
     assert "Only the CPU was measured. Its operations carry 533 (2 layers)" in out

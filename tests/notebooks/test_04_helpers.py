@@ -3,6 +3,7 @@ article's models and data, the naive timer, the training timer, the crossover an
 model's fits on synthetic timings, the sentences and verdicts on each side of their edges, the layer
 report, the busy-machine check and rounding the tables. The shared timing function time_it is tested once,
 in tests/shared_cells/test_shared_setup.py."""
+import ast
 import math
 import time
 
@@ -10,9 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from IPython.display import Code
 from torch import nn
 
-from support.notebook_code import REPO, load_helpers, run_cell
+from support.notebook_code import REPO, cell_source, load_helpers, run_cell
 
 nb = load_helpers("04")
 
@@ -84,6 +86,18 @@ def test_the_models_start_from_the_same_weights_for_a_seed(he_init, optimizer, k
     assert isinstance(chosen, kind)
     biases = [layer.bias for layer in variant if isinstance(layer, nn.Linear)]
     assert all(bool((bias == 0).all()) for bias in biases) == he_init  # He initialization zeroes them
+
+
+def test_step_2_shows_the_setups_time_it_beside_the_naive_one():
+    """The naive timer's cell ends by showing the correct one, the shared setup's time_it, as it is defined
+    there: a synchronize before the clock starts and one before it stops, and the median."""
+    *work, last = ast.parse(cell_source("04", "naive-timer")).body
+    space = helpers_and()
+    exec(compile(ast.Module(work, type_ignores=[]), "naive-timer", "exec"), space)
+    shown = eval(compile(ast.Expression(last.value), "naive-timer", "eval"), space)
+    assert isinstance(shown, Code) and "time_it_naive" in space
+    assert shown.data.startswith("def time_it(fn, device, ") and shown.data.count("synchronize(device)") == 2
+    assert "statistics.median(seconds)" in shown.data and "for _ in range(warmup):" in shown.data
 
 
 def test_the_naive_timer_takes_the_median_without_synchronizing():
