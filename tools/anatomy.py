@@ -322,7 +322,8 @@ def core_counts(notebook, printed_words, tables_figures):
 def section_minutes(notebook, shown, seconds, t4_run_minutes):
     """{section: minutes by the class rule} of a run core: 'Setup' holds the opening, and each
     section its own words, cells, lines, folded cells, tables and figures; the core's T4 run minutes
-    are shared in proportion to each section's run time here. `shown` and `seconds` give, per code
+    are shared among the Steps in proportion to each one's run time here (Setup's installs and
+    imports take none, unless the core is all Setup). `shown` and `seconds` give, per code
     cell id, (printed words, tables and figures) and seconds in this run. They add up to the core's
     minutes."""
     sections = section_of_each_cell(notebook)
@@ -345,10 +346,14 @@ def section_minutes(notebook, shown, seconds, t4_run_minutes):
         else:
             count["visible_cells"] += 1
             count["visible_lines"] += sum(1 for line in _source(cell).splitlines() if line.strip())
-    total_seconds = sum(count["seconds"] for count in counts.values())
+    # Setup's seconds are mostly installs and imports, whose time swings with the machine's load:
+    # the T4 minutes go to the Steps, by their seconds, so that a busy run gives the same plan
+    steps = {section: count for section, count in counts.items() if section != "Setup"} or counts
+    total_seconds = sum(count["seconds"] for count in steps.values())
     minutes = {}
     for section, count in counts.items():
-        share = count.pop("seconds") / total_seconds if total_seconds else 1 / len(counts)
+        spent = count.pop("seconds") * (section in steps)
+        share = spent / total_seconds if total_seconds else (section in steps) / len(steps)
         minutes[section] = class_rule_minutes(**count, t4_run_minutes=t4_run_minutes * share,
                                               opening=section == "Setup")
     return minutes

@@ -173,7 +173,7 @@ def test_a_folded_cell_in_a_step_costs_half_a_minute_and_setups_costs_nothing():
 def test_the_sections_minutes_add_up_to_the_cores_and_share_its_run_time_by_seconds():
     notebook = stepped_core()
     shown = {"one": (100, 1)}  # Step 1 printed 100 words and showed a table
-    seconds = {"setup": 0.0, "one": 3.0, "plumbing": 1.0, "two": 0.0}
+    seconds = {"setup": 5.0, "one": 3.0, "plumbing": 1.0, "two": 0.0}  # Setup's installs: no share
     minutes = anatomy.section_minutes(notebook, shown, seconds, t4_run_minutes=2.0)
     total = anatomy.class_rule_minutes(**anatomy.core_counts(notebook, 100, 1))
     assert sum(minutes.values()) == pytest.approx(total)
@@ -182,6 +182,10 @@ def test_the_sections_minutes_add_up_to_the_cores_and_share_its_run_time_by_seco
     step_2_words = len(notebook.cells[6].source.split())
     assert minutes["Step 2"] == pytest.approx(1.1 * (step_2_words / 100 + 1 + 0.1)), "it took no seconds"
     assert list(minutes) == ["Setup", "Step 1", "Step 2"]
+    # a run whose Steps took no time shares the T4 minutes equally among them, none to Setup
+    even = anatomy.section_minutes(notebook, shown, {"setup": 5.0}, t4_run_minutes=2.0)
+    assert even["Step 2"] == pytest.approx(1.1 * (step_2_words / 100 + 1 + 0.1 + 1.0))
+    assert sum(even.values()) == pytest.approx(total)
 
 
 def test_the_plan_says_where_the_class_is_at_15_30_and_45_minutes():
