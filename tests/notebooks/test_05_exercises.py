@@ -5,8 +5,7 @@ import statistics
 import time
 
 import pytest
-import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.profiler import ProfilerActivity, profile
 
 from support.notebook_05 import tiny_job
 from support.notebook_05 import one_thread, shapes_module  # noqa: F401 (pytest fixtures, used by name)
@@ -89,37 +88,87 @@ def test_exercise_1_says_how_many_steps_ran_when_the_warm_up_is_missing_and_pass
     assert said.startswith("PASSED: with 1 workers the data part took ") and "against 4.00 ms" in said
 
 
-@pytest.mark.exercise("05", "forward-flops")
-def test_exercise_2_says_the_backward_pass_was_counted_too():
-    model, images = nb.make_cnn(4), torch.randn(2, 3, 16, 16)
-    with FlopCounterMode(display=False) as counter:  # the forward and the backward pass
-        model(images).sum().backward()
-    said = nb.check_forward_flops(counter.get_total_flops(), model, images)
-    assert said.startswith("NOT YET RIGHT: you counted 2.") and said.endswith(
-        "(did the backward pass run inside the counter too?)")
-    assert nb.check_forward_flops(0, model, images).startswith("NOT DONE YET")
-    with FlopCounterMode(display=False) as counter:
-        model(images)
-    assert nb.check_forward_flops(counter.get_total_flops(), model, images).startswith("PASSED: ")
-    said = nb.check_forward_flops(counter, model, images)  # the counter itself, not its count
-    assert said == (f"NOT YET RIGHT: the check got {nb.short(counter)}, not a number of FLOPs; give it "
-                    "counter.get_total_flops()")
-    assert nb.check_forward_flops(None, model, images) == (
-        "NOT YET RIGHT: the check got None (a NoneType), not a number of FLOPs; give it "
-        "counter.get_total_flops()")
+def profiled(run, steps):
+    """A profile of `steps` training steps of `run`, as Step 2 makes it."""
+    with profile(activities=[ProfilerActivity.CPU]) as made:
+        for _ in range(steps):
+            nb.train_step(run)
+    return made
 
 
-@pytest.mark.exercise("05", "t4-costs")
-def test_exercise_3_says_an_arithmetic_time_multiplied_instead_of_divided_is_off():
-    operations, flops = 150.0, 1.62e9
-    said = nb.check_t4_costs(150.0 * 10e-6, flops * 8.1e12, operations, flops, 10e-6, 8.1e12)
-    assert said == ("NOT YET RIGHT: your arithmetic time is 1.31e+22 s, 6.56e+25 times the 0.0002 s of the "
-                    "cost model")
-    said = nb.check_t4_costs("1.5 ms", flops / 8.1e12, operations, flops, 10e-6, 8.1e12)  # a time as text
-    assert said == "NOT YET RIGHT: your launch cost is '1.5 ms' (a str), not a number of seconds"
-    said = nb.check_t4_costs(150.0 * 10e-6, None, operations, flops, 10e-6, 8.1e12)
-    assert said == "NOT YET RIGHT: your arithmetic time is None (a NoneType), not a number of seconds"
-    assert nb.check_t4_costs(..., ..., operations, flops, 10e-6, 8.1e12).startswith("NOT DONE YET")
-    said = nb.check_t4_costs(150.0 * 10e-6, flops / 8.1e12, operations, flops, 10e-6, 8.1e12)
-    assert said == ("PASSED: 1.500 ms of launches against 0.200 ms of arithmetic: on such a GPU the big "
-                    "model's training step would be launch-bound, if its data keeps up")
+@pytest.fixture
+def profile_job(shapes_module):
+    """A small job decoded on every read, and Step 2's profile of three steps without workers."""
+    job = tiny_job(nb, shapes_module, feed="decode on every read")
+    without = nb.make_run(job)
+    return job, profiled(without, 3)
+
+
+@pytest.mark.exercise("05", "profile-workers")
+def test_exercise_2_says_how_many_training_steps_the_profile_holds(profile_job):
+    job, step_2 = profile_job
+    run = nb.make_run(job, {"name": "with workers", "workers": 1})
+    said = nb.check_profile_with_workers(profiled(run, 1), run, 1, step_2)
+    assert said == "NOT YET RIGHT: the profile holds 1 training steps, not 3"
+    with pytest.raises(StopIteration):  # the check stopped the run's workers
+        next(run.batches)
+    empty = nb.make_run(job, {"name": "with workers", "workers": 1})
+    assert nb.check_profile_with_workers(profiled(empty, 0), empty, 1, step_2).startswith("NOT DONE YET")
+
+
+@pytest.mark.exercise("05", "profile-workers")
+def test_exercise_2_says_the_profiled_steps_had_no_workers_and_passes_its_answer(profile_job):
+    job, step_2 = profile_job
+    without = nb.make_run(job)  # Step 1's run, profiled by mistake
+    said = nb.check_profile_with_workers(profiled(without, 3), without, 1, step_2)
+    assert said == ("NOT YET RIGHT: the profiled training steps decoded their batches in the training process "
+                    "(_SingleProcessDataLoaderIter): profile with_workers, not Step 1's run")
+    table = step_2.key_averages().table()  # the table, not the profile
+    run = nb.make_run(job, {"name": "with workers", "workers": 1})
+    assert nb.check_profile_with_workers(table, run, 1, step_2) == (
+        f"NOT YET RIGHT: the check got {nb.short(table)}, not a profile: give it the name after `as` in "
+        "`with profile(...) as profiled`")
+    run = nb.make_run(job, {"name": "with workers", "workers": 1})
+    for _ in range(2):
+        nb.train_step(run)
+    said = nb.check_profile_with_workers(profiled(run, 3), run, 1, step_2)
+    assert said.startswith("PASSED: with 1 workers the training process spent ") and "in Step 2" in said
+    alone = nb.make_run(job)  # where no worker can run, Step 1's kind of run is the answer
+    said = nb.check_profile_with_workers(profiled(alone, 3), alone, 0, step_2)
+    assert said.startswith("PASSED: no worker process could run here")
+
+
+@pytest.mark.exercise("05", "worker-variants")
+def test_exercise_3_says_what_is_wrong_with_the_variants_before_it_measures_them(shapes_module):
+    job = tiny_job(nb, shapes_module, feed="decode on every read")
+    check = nb.check_worker_variants
+    assert check(..., job, 2).startswith("NOT DONE YET")
+    one = {"name": "one worker", "workers": 1}
+    assert check(one, job, 2) == ("NOT YET RIGHT: the check got {'name': 'one worker', 'workers': 1} (a dict), "
+                                  "not a list of variants, each a dict with a name")
+    assert check([one, {"name": "baseline"}], job, 2) == (
+        "NOT YET RIGHT: the first variant asks for 1 workers; it is the baseline, which the others are "
+        "compared with: give it none")
+    assert check([{"name": "baseline"}, one, {"name": "one worker", "workers": 2}], job, 2) == (
+        "NOT YET RIGHT: two variants are named 'one worker': measure_setting keeps one run per name")
+    assert check([{"name": "baseline"}, {"name": "two", "workers": 2}], job, 2) == (
+        "NOT YET RIGHT: the variants ask for [0, 2] workers, not [0, 1, 2]")
+
+
+@pytest.mark.exercise("05", "worker-variants")
+def test_exercise_3_measures_the_right_variants_on_fewer_training_steps(shapes_module, monkeypatch):
+    job = tiny_job(nb, shapes_module, feed="decode on every read")
+    measured = []
+    real = nb.measure_setting
+
+    def measure_setting(job, variants):
+        measured.append(job.sizes["steps"])
+        return real(job, variants)
+
+    monkeypatch.setattr(nb, "measure_setting", measure_setting)
+    monkeypatch.setitem(nb.check_worker_variants.__globals__, "measure_setting", measure_setting)
+    said = nb.check_worker_variants([{"name": "baseline"}, {"name": "one", "workers": 1}], job, 1)
+    assert said.startswith("PASSED: one: ") and "×" in said
+    assert measured == [1 + job.rounds * (nb.ROUND_WARMUP + 2 * 1 + 3)]  # three timed steps a round
+    said = nb.check_worker_variants([{"name": "baseline"}], job, 0)
+    assert said == "PASSED: no worker process can run here, so only the baseline was measured"

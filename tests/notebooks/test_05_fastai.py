@@ -1,4 +1,4 @@
-"""Notebook 05's fastai part (Going deeper E): the workers fastai's DataLoader really starts on Linux,
+"""Notebook 05's fastai part (Going deeper F): the workers fastai's DataLoader really starts on Linux,
 macOS and Windows against the notebook's prediction, fastai's mixed precision and the notebook's own
 autocast callback trained for real on the CPU, and what the fastai runs say on a GPU and elsewhere.
 Skipped where fastai is not installed."""

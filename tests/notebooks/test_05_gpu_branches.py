@@ -3,7 +3,7 @@ lists them): its decisions called as those machines call them, and its cells run
 (notebook_code.run_cell) with stand-ins shaped like PyTorch's answers where only the device can answer:
 torch.cuda.get_device_capability's (major, minor), a profile of a GPU run made of the profiler's own
 classes, and torch.optim.Adam, torch.autocast and torch.amp.GradScaler recording the calls a CPU cannot
-show the effect of (Step 4's fused Adam, CUDA autocast and its scaler, fastai on each device)."""
+show the effect of (Going deeper's fused Adam, CUDA autocast and its scaler, fastai on each device)."""
 import contextlib
 import logging
 import os
@@ -16,8 +16,8 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
-from support.notebook_05 import (AMX, StandInTorch, measured_autocast, profiled_on_a_gpu,
-                                 step_4_variants, tiny_run, two_steps_on_a_gpu)
+from support.notebook_05 import (AMX, StandInTorch, fused_variants, measured_autocast, profiled_on_a_gpu,
+                                 tiny_run, two_steps_on_a_gpu)
 from support.notebook_05 import fastai_cells, one_thread  # noqa: F401 (pytest fixtures, used by name)
 from support.notebook_code import load_helpers, run_cell
 
@@ -96,15 +96,19 @@ def test_the_settings_cell_profiles_the_gpu_and_reads_its_capability_on_cuda_onl
     assert os.environ.get("KINETO_LOG_LEVEL") == (None if on_gpu else "6")
 
 
-@pytest.mark.gpu_branch("05", "cell job-settings: device.type == 'cpu'")
+@pytest.mark.gpu_branch("05", "cell more-settings: device.type == 'cpu'")
 @pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("device_type", ["cuda", "mps", "cpu"])
 def test_the_big_model_gets_8_times_larger_batches_on_a_gpu(device_type, fast):
     found = {}
+    heavy = {"feed": "decode on every read", "batch_size": 32}  # the core's setting, the same everywhere
     for kind in ("cpu", device_type):
-        namespace = {**vars(nb), "device": torch.device(kind), "FAST": fast}
-        run_cell("05", "job-settings", namespace)
+        namespace = {**vars(nb), "device": torch.device(kind), "FAST": fast, "SETTINGS": {"heavy data": heavy},
+                     "job": types.SimpleNamespace(name="heavy data"), "shapes": "the dataset module",
+                     "ROUNDS": 3, "make_job": lambda name, sizes, module, on, rounds: (name, on)}
+        run_cell("05", "more-settings", namespace)
         found[kind] = namespace["SETTINGS"]
+        assert namespace["jobs"]["big model"] == ("big model", torch.device(kind))
     big, on_cpu = found[device_type]["big model"], found["cpu"]["big model"]
     assert on_cpu["batch_size"] == 32 and big["batch_size"] == (32 if device_type == "cpu" else 8 * 32)
     assert big["count"] >= 4 * big["batch_size"]  # an epoch of at least 4 batches on every device
@@ -119,13 +123,13 @@ def test_after_the_profile_a_gpu_learner_reads_how_busy_the_gpu_was_and_its_busi
     prof = types.SimpleNamespace(events=lambda: events, key_averages=events.key_averages)
     shown = []
     namespace = {**vars(nb), "device": torch.device("cuda"), "ON_GPU": True, "prof": prof,
-                 "PROFILE_SETTING": "heavy data", "display": shown.append}
+                 "job": types.SimpleNamespace(name="heavy data"), "display": shown.append}
     printed = run_cell("05", "profile-gpu", namespace).splitlines()
     # GPU work 0.1 + 0.5 + 1.0 + 0.1 ms of a 9.5 ms step (see two_steps_on_a_gpu)
-    assert printed[0].startswith("The GPU worked 18% of the profiled step of 'heavy data' and waited the rest")
+    assert printed[0].startswith("The GPU worked 18% of the first profiled training step of 'heavy data' and "
+                                 "waited the rest")
     assert printed[1:] == ["The operations that kept the GPU busiest:"]
-    full_table, busiest = shown
-    assert "Self CUDA" in full_table.data and "sm75_xmma_dgrad" in full_table.data  # PyTorch's own table
+    [busiest] = shown
     assert list(busiest.columns) == ["calls", "self_cpu_ms", "cpu_total_ms", "self_gpu_ms"] and len(busiest) == 6
     assert busiest.self_gpu_ms.is_monotonic_decreasing and busiest.self_gpu_ms.iloc[0] == 2.0  # ms, 2 steps
     assert {"sm75_xmma_dgrad", "sm75_xmma_fprop"} <= set(busiest.index) and "data" not in busiest.index
@@ -144,11 +148,11 @@ def test_after_the_profile_a_mac_or_a_cpu_learner_is_told_why_there_is_no_gpu_ro
         nb.train_step(run)
     shown = []
     namespace = {**vars(nb), "device": torch.device(device_type), "ON_GPU": False, "prof": prof,
-                 "PROFILE_SETTING": "heavy data", "display": shown.append}
+                 "job": types.SimpleNamespace(name="heavy data"), "display": shown.append}
     printed = run_cell("05", "profile-gpu", namespace)
     assert printed.startswith(first_words) and printed.count("\n") == 1
-    [full_table] = shown
-    assert "Self CPU" in full_table.data and "CUDA" not in full_table.data
+    assert shown == []  # no table of GPU operations
+    assert [bar[0] for bar in namespace["timeline"]] == ["CPU"] * 4  # the CPU row only, for Going deeper D
 
 
 @pytest.mark.gpu_branch("05", "cell costs: ON_GPU")
@@ -170,7 +174,7 @@ def test_a_gpu_measures_its_throughput_on_a_4_times_wider_matrix_product(on_gpu,
     namespace = {"device": device, "ON_GPU": on_gpu, "FAST": fast, "pd": pd, "statistics": statistics,
                  "PROFILER_ACTIVITIES": "the settings cell's activities", "ROUNDS": 3,
                  "cost_rounds": nb.cost_rounds,
-                 "SETTINGS": dict.fromkeys(settings), "runs": {name: name for name in settings},
+                 "SETTINGS": dict.fromkeys(settings), "setting_runs": {name: name for name in settings},
                  "train_step": stepped.append,
                  "launch_overhead_seconds": lambda on, activities: next(launches),
                  "matmul_flop_per_second": lambda size, on: asked.append((size, on)) or 8e12,
@@ -199,7 +203,7 @@ def test_going_deeper_a_explains_a_16_bit_result_on_a_cpu_and_on_a_gpu_in_one_li
                                                                                   explanation):
     variant = "autocast bfloat16" if device_type == "cpu" else "autocast float16 + GradScaler"
     results = measured_autocast(kind, variant)
-    namespace = {**vars(nb), "device": torch.device(device_type), "results": results}
+    namespace = {**vars(nb), "device": torch.device(device_type), "compute_results": results}
     printed = run_cell("05", "mixed-say", namespace).splitlines()
     rounds = [results[1][key] for key in ("speedup_x", "slowest_x", "fastest_x")]
     verdicts = [f"{variant}: {nb.change_in_words(*rounds)}.",
@@ -217,7 +221,7 @@ def test_going_deeper_a_explains_a_16_bit_result_on_a_cpu_and_on_a_gpu_in_one_li
 def test_the_cpu_bfloat16_detour_shows_the_cpus_flags_only_when_the_device_is_the_cpu(device_type):
     # A T4 learner's training step runs on the GPU; the host CPU's flags say nothing about it
     asked = []
-    namespace = {**vars(nb), "device": torch.device(device_type), "results": measured_autocast("slower"),
+    namespace = {**vars(nb), "device": torch.device(device_type), "compute_results": measured_autocast("slower"),
                  "cpu_flags": lambda: asked.append("flags") or AMX}
     printed = run_cell("05", "cpu-bf16", namespace).splitlines()
     if device_type == "cpu":
@@ -235,9 +239,9 @@ def test_the_cpu_bfloat16_detour_shows_the_cpus_flags_only_when_the_device_is_th
 # GPU, but it can show that they are asked for as taught (the stand-ins: tests/support/notebook_05.py).
 
 @pytest.mark.parametrize("device_type", ["cuda", "cpu", "mps"])
-def test_step_4_measures_adam_with_fused_true_against_pytorchs_default_form(device_type):
+def test_going_deeper_a_measures_adam_with_fused_true_against_pytorchs_default_form(device_type):
     calls = []
-    baseline, fix = step_4_variants(nb, device_type, calls)
+    baseline, fix = fused_variants(nb, device_type, calls)
     assert (baseline["name"], fix["name"]) == ("baseline: Adam", "Adam(fused=True)")
     assert "optimizer" not in baseline and fix["needs"] is None  # fused Adam runs on all three
     optimizer = fix["optimizer"]([nn.Parameter(torch.zeros(3))])
@@ -273,7 +277,7 @@ def test_mixed_precision_on_cuda_picks_its_type_by_capability_and_scales_float16
     assert (namespace["AMP_DTYPE"], namespace["AMP_SCALER"]) == (dtype, scaler)
     assert printed.startswith(f"On cuda: {dtype}, GradScaler: {scaler}")
     calls, measured = [], []
-    namespace.update(torch=StandInTorch(calls), results=[], compare=lambda rows, setting: None,
+    namespace.update(torch=StandInTorch(calls), compare=lambda rows, setting: None,
                      jobs={"big model": "the big-model job"},
                      measure_setting=lambda job, variants: measured.append((job, variants)) or [])
     run_cell("05", "mixed-step", namespace)
@@ -327,7 +331,7 @@ def test_fastai_gets_the_notebooks_own_autocast_callback_only_off_cuda(fastai_ce
     namespace.update(device=torch.device(device_type), AMP_DTYPE=amp_dtype, fit_and_record=fit_and_record,
                      display=shown.append)
     run_cell("05", "fastai-run", namespace)
-    assert namespace["FASTAI_MIXED"] == switch  # Going deeper A's plan, in fastai's words
+    assert namespace["FASTAI_MIXED"] == switch  # Going deeper B's plan, in fastai's words
     labels = ["plain float32", f"learn.{switch}()"] + ["DeviceAutocast callback"] * (device_type != "cuda")
     assert list(namespace["fastai_rows"]) == labels and list(shown[0].index) == labels
     standard = fitted[0]  # fastai's own callbacks, in every Learner

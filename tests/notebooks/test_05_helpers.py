@@ -1,5 +1,6 @@
-"""Notebook 05's decisions called with made-up inputs, each at the exact edge of its conditions: the
-bottleneck verdict (data-, launch- or compute-bound, in every step and every round), the DataLoader
+"""Notebook 05's decisions called with made-up inputs, each at the exact edge of its conditions: Step 2's
+data-bound verdict (in every timed training step), Going deeper A's three-way verdict (data-, launch- or
+compute-bound, in every step and every round), the DataLoader
 workers per start method, the fused optimizer's devices, the autocast plan's reasons and PyTorch
 releases, the CPU's bfloat16 instructions, the run conditions (threads, TF32, the cuDNN auto-tuner),
 every variant list on each kind of machine, the timing rounds and their verdicts, the correctness
@@ -24,7 +25,28 @@ nb = load_helpers("05")
 NOTEBOOK = read(notebook_path("05"))
 
 
-# --- The verdict: data-bound, launch-bound or compute-bound ---------------------------------------
+# --- Step 2's verdict: data-bound when every timed training step waited as long as it computed ----
+
+def test_waiting_as_long_as_computing_in_every_step_is_data_bound_and_a_hair_less_in_one_is_not():
+    assert nb.data_limit([0.02, 0.05], [0.02, 0.01]) == "data-bound"  # equal: data-bound
+    assert nb.data_limit([down(0.02), 0.05], [0.02, 0.01]) == "inconclusive"  # the steps disagree
+    assert nb.data_limit([down(0.02), 0.001], [0.02, 0.01]) == "computing"  # none waited that long
+    assert nb.data_limit([0.5], [0.1]) == "data-bound"
+    with pytest.raises(ValueError):  # a data part for every training step, and a compute part
+        nb.data_limit([0.5, 0.4], [0.1])
+
+
+def test_the_verdict_in_words_gives_the_range_of_data_over_compute():
+    data, compute = [0.03, 0.05], [0.01, 0.02]  # 3× and 2.5× the compute
+    assert nb.limit_in_words("heavy data", "data-bound", data, compute) == (
+        "heavy data: data-bound (data 2.50× to 3.00× the compute over 2 training steps)")
+    assert nb.limit_in_words("x", "inconclusive", data, compute).startswith(
+        "x: inconclusive on this machine: run again (data 2.50×")
+    assert nb.limit_in_words("x", "computing", data, compute).startswith(
+        "x: not data-bound: it computes longer than it waits for its data (")
+
+
+# --- Going deeper A's verdict: data-bound, launch-bound or compute-bound --------------------------
 
 CPU_AT_04 = {"launch_s": 25e-6, "flop_per_s": 100e9}  # about what notebook 04 measured on 2 cores
 T4_LIKE = {"launch_s": 10e-6, "flop_per_s": 8e12}
@@ -360,11 +382,17 @@ def test_round_plan_uses_every_step_of_a_run():
         assert 1 + rounds * (warmup + timed) + left == steps
 
 
+def assigned_name(target):
+    """The name an assignment's target binds or changes: SETTINGS for `SETTINGS` and `SETTINGS[...]`."""
+    return getattr(target.value if isinstance(target, ast.Subscript) else target, "id", None)
+
+
 def notebook_assignments(names, **namespace):
-    """Run the notebook's top-level assignments to `names` (for example SETTINGS), given `namespace`."""
+    """Run the notebook's top-level assignments to `names` in the notebook's order, those to an item
+    of them too (SETTINGS["big model"] = ...), given `namespace`."""
     for source in code_cells(NOTEBOOK):
         for node in ast.parse(source).body:
-            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) in names for t in node.targets):
+            if isinstance(node, ast.Assign) and any(assigned_name(t) in names for t in node.targets):
                 exec(compile(ast.Module(body=[node], type_ignores=[]), "<notebook 05>", "exec"), namespace)
     return namespace
 
@@ -374,6 +402,7 @@ def notebook_assignments(names, **namespace):
 def test_every_setting_has_steps_enough_for_its_rounds_on_every_machine(fast, machine):
     m = MACHINES[machine]
     found = notebook_assignments({"BIG_BATCH", "SETTINGS", "ROUNDS"}, FAST=fast, device=torch.device(m["device"]))
+    assert list(found["SETTINGS"]) == ["heavy data", "tiny batches", "big model"]  # the core's, then part A's
     for setting, lists in notebook_variants(nb, machine).items():
         for variants in lists:
             warmup = nb.round_warmup([variant for variant in variants if not variant.get("needs")])

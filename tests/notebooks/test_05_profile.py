@@ -168,16 +168,34 @@ def test_flops_per_step_matches_a_count_by_hand():
     assert nb.flops_per_step(8, 2, 32, CPU) == cnn_flops_by_hand(8, 2, 32)
 
 
-def test_the_parts_chart_shows_each_settings_shares_and_its_time_per_step():
+def test_the_parts_chart_stacks_each_training_steps_parts_in_milliseconds_in_their_styles():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    step_parts = {"heavy data": {"data": 0.030, "forward": 0.004, "backward": 0.005, "optimizer": 0.001},
-                  "big model": {"data": 0.001, "forward": 0.020, "backward": 0.028, "optimizer": 0.001}}
-    axis = nb.draw_parts(step_parts, CPU).axes[0]
-    assert [label.get_text() for label in axis.get_yticklabels()] == ["heavy data\n40.0 ms per step",
-                                                                     "big model\n50.0 ms per step"]
+    times = {"data": [0.030, 0.040], "forward": [0.004, 0.005], "backward": [0.005, 0.006],
+             "optimizer": [0.001, 0.001]}  # Step 1's: part: [seconds of each training step]
+    rows = nb.each_step(times)
+    assert rows == {"training step 1": {"data": 0.030, "forward": 0.004, "backward": 0.005, "optimizer": 0.001},
+                    "training step 2": {"data": 0.040, "forward": 0.005, "backward": 0.006, "optimizer": 0.001}}
+    axis = nb.draw_parts(rows, "two steps").axes[0]
+    assert [label.get_text() for label in axis.get_yticklabels()] == ["training step 1", "training step 2"]
     assert [text.get_text() for text in axis.get_legend().get_texts()] == list(nb.PARTS)
+    data, forward = axis.patches[0], axis.patches[2]  # bars in order: each part, then each step
+    assert data.get_width() == pytest.approx(30.0) and forward.get_x() == pytest.approx(30.0)  # ms, stacked
+    hatches = [bar.get_hatch() or "" for bar in axis.patches[::2]]
+    assert hatches == [style["hatch"] for style in nb.PART_STYLES.values()] and len(set(hatches)) == 4
+    assert axis.get_xlabel() == "time (ms)" and axis.get_title() == "two steps"
+    plt.close("all")
+
+
+def test_the_parts_chart_of_the_settings_shows_each_ones_shares():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    medians = {"heavy data": {"data": 0.030, "forward": 0.004, "backward": 0.005, "optimizer": 0.001},
+               "big model": {"data": 0.001, "forward": 0.020, "backward": 0.028, "optimizer": 0.001}}
+    axis = nb.draw_parts(medians, "on cpu", shares=True).axes[0]
+    assert [label.get_text() for label in axis.get_yticklabels()] == ["heavy data", "big model"]
     assert axis.patches[0].get_width() == pytest.approx(75.0)  # heavy data's data part: 30 of 40 ms
-    assert "on cpu" in axis.get_title() and "(%)" in axis.get_xlabel()
+    assert "(%)" in axis.get_xlabel()
     plt.close("all")

@@ -144,7 +144,7 @@ def test_every_variant_a_cpu_can_run_keeps_the_results(shapes_module):
 
 
 def test_measure_setting_trains_every_step_of_a_variant_with_its_own_training_step(shapes_module):
-    # A variant's own step (Going deeper A's mixed_precision_step) must run in the timed rounds, the
+    # A variant's own step (Going deeper B's mixed_precision_step) must run in the timed rounds, the
     # first step and the steps that finish the run: a train_step there would measure float32 instead.
     taken = []
 

@@ -1,8 +1,8 @@
 """What several of notebook 05's test files need: the fixtures (one PyTorch thread, the notebook's dataset
 module), a small job and a small run made by the notebook's own helpers, the variants the notebook
-measures on each kind of machine, stand-in profiler events of a GPU run, rows of a made-up
-measurement, stand-ins for the calls only a GPU answers (torch.optim.Adam, torch.autocast,
-torch.amp.GradScaler), and the namespace of the fastai cells.
+measures on each kind of machine (the core's workers, Going deeper's other fixes), stand-in profiler
+events of a GPU run, rows of a made-up measurement, stand-ins for the calls only a GPU answers
+(torch.optim.Adam, torch.autocast, torch.amp.GradScaler), and the namespace of the fastai cells.
 
 Each function takes `nb`, the notebook's helpers as the calling test module loaded them
 (load_helpers("05")), so that what it makes is of the same namespace as what the test compares it
@@ -68,7 +68,7 @@ def weights(run):
 
 
 def mixed(nb, dtype, scaler):
-    """Going deeper A's mixed-precision variant for `dtype`, with or without a GradScaler, as the
+    """Going deeper B's mixed-precision variant for `dtype`, with or without a GradScaler, as the
     notebook builds it (compute_variants) for the CPU."""
     return nb.compute_variants(dtype, scaler, "cpu")[1]
 
@@ -105,11 +105,12 @@ MACHINES = {  # what the notebook's own decisions give on each kind of machine
 }
 
 
-def step_4_variants(nb, device_type, calls=None):
-    """The variants Step 4's visible cell measures on `device_type`: the cell run whole, with a
-    measure_setting that records what it is given, and torch.optim.Adam recording its calls."""
+def fused_variants(nb, device_type, calls=None):
+    """The variants Going deeper A's fused-optimizer cell measures on `device_type`: the cell run
+    whole, with a measure_setting that records what it is given, and torch.optim.Adam recording its
+    calls."""
     measured = []
-    namespace = {**vars(nb), "device": torch.device(device_type), "results": [],
+    namespace = {**vars(nb), "device": torch.device(device_type),
                  "jobs": {"tiny batches": "the tiny-batches job"}, "compare": lambda rows, setting: None,
                  "measure_setting": lambda job, variants: measured.append((job, variants)) or []}
     if calls is not None:
@@ -121,14 +122,14 @@ def step_4_variants(nb, device_type, calls=None):
 
 
 def notebook_variants(nb, machine):
-    """{setting: [variants of the core or of Going deeper A, variants of Going deeper B]}."""
+    """{setting: [variants of the core or of Going deeper A or B, variants of Going deeper C]}."""
     m = MACHINES[machine]
     dtype, scaler, _ = nb.autocast_plan(m["device"], m["capability"], torch_version=m["torch_version"])
     fused_need = nb.fused_adam_need(m["device"])
     on_gpu = m["device"] == "cuda"
     return {
         "heavy data": [nb.data_variants(m["workers"]), nb.more_data_variants(m["workers"], m["cores"])],
-        "tiny batches": [step_4_variants(nb, m["device"]), nb.more_launch_variants(
+        "tiny batches": [fused_variants(nb, m["device"]), nb.more_launch_variants(
             m["backend"], fused_need, nb.cuda_graphs_need(m["device"], m["backend"]))],
         "big model": [nb.compute_variants(dtype, scaler, m["device"]),
                       nb.more_compute_variants(on_gpu, m["capability"])],
@@ -266,10 +267,10 @@ def profiled_on_a_gpu(stand_ins):
     return events
 
 
-# --- Going deeper A's measurement, and CPUs' flags ------------------------------------------------
+# --- Going deeper B's measurement, and CPUs' flags ------------------------------------------------
 
 def measured_autocast(kind, variant="autocast bfloat16"):
-    """Rows of Going deeper A's measurement (measure_setting's keys) whose autocast row's rounds were
+    """Rows of Going deeper B's measurement (measure_setting's keys) whose autocast row's rounds were
     `kind`."""
     rounds = {"faster": (2.0, 1.6, 2.4), "about the same": (1.0, 0.97, 1.03), "slower": (0.5, 0.4, 0.6),
               "inconclusive": (1.2, 0.6, 1.4)}[kind]
@@ -288,7 +289,7 @@ AMX = {"avx512f", "amx_tile", "amx_bf16", "avx512_bf16"}
 ARM = {"fp", "asimd", "bf16"}
 
 
-# --- fastai's cells (Going deeper E) --------------------------------------------------------------
+# --- fastai's cells (Going deeper F) --------------------------------------------------------------
 
 @pytest.fixture
 def fastai_cells(request):
