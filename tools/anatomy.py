@@ -379,13 +379,13 @@ STATED_SLACK_MINUTES = 1.0
 
 
 def budget_problems(notebook, printed_words, tables_figures, limit=CORE_LIMIT_MINUTES):
-    """What breaks the class rule for a run core ([] when nothing does): the title table must state
+    """What breaks the class rule for a run core ([] when nothing does): the title's plan must state
     the rule's minutes rounded up to 5 (give or take STATED_SLACK_MINUTES of the count), and they must
     be at most `limit` (None: no limit)."""
     stated = workshop_t4(notebook)
     if stated is None:
-        return ["the title table's workshop row does not say 'about N min on a Colab T4, of which "
-                "about M min running'"]
+        return ["the title's plan does not say 'about N min of teaching, of which about M min "
+                "running': run tools/sync_cells.py"]
     counts = core_counts(notebook, printed_words, tables_figures)
     minutes = class_rule_minutes(**counts)
     shown = ", ".join(f"{name} {value:g}" for name, value in counts.items())

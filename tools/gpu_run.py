@@ -41,7 +41,7 @@ so); a time that is zero or negative. Otherwise it says what it checked and file
 
 Rendering: README's GPU column holds, per notebook and per GPU model and count, the median of the
 core's minutes over the measured entries of the records, how many, and the newest record's date;
-each title table's workshop row takes its T4 running minutes from the one-T4 records where they
+each title's plan takes its T4 running minutes from the one-T4 records where they
 exist and says "measured, N runs" instead of "estimate". Where no record measured a notebook, both
 stay as they are. `--render` and `--check` count only the records `--accept` would accept.
 """

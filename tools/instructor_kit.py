@@ -257,7 +257,7 @@ def schedule_text(entries, titles, measured, exercises):
     """docs/schedule.md: the slots in order, the manifest's minutes, the exercises that fit in what the
     slot leaves (`exercises`: {number: [(heading, minutes)]}), the GPU records' minutes where measured
     (`measured`: {file name: (minutes, runs)} for the hardware each is taught on)."""
-    lines = ["# Schedule: ten 60-minute slots", "",
+    lines = [f"# Schedule: {len(entries)} slots of {SLOT_MINUTES} minutes", "",
              "Written by tools/instructor_kit.py from notebooks/manifest.toml and the GPU records "
              "(records/gpu/): edit those, then run it. Teaching minutes are the class rule's (README); "
              "each notebook's instructor note (docs/instructors/) splits them by Step. The exercises "

@@ -355,8 +355,10 @@ CORE_CELLS_NAME = "CORE_CELLS"
 
 def wanted_metadata(entry):
     """The notebook metadata Colab and Kaggle read (notebooks/manifest.toml's entry says which
-    notebook needs the internet): a GPU runtime, a T4 on Colab, Kaggle's T4 x2, the only T4 it offers."""
+    notebook needs the internet): a GPU runtime, a T4 on Colab, Kaggle's T4 x2, the only T4 it offers;
+    and the Python 3 kernel Jupyter starts."""
     return {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []},
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
             "kaggle": {"accelerator": "nvidiaTeslaT4", "dataSources": [], "isGpuEnabled": True,
                        "isInternetEnabled": bool(entry.internet), "language": "python",
                        "sourceType": "notebook"}}
@@ -486,6 +488,11 @@ def stamp(notebook, file_name, entry, titles=None, t4=None):
     return changed
 
 
+NO_ENTRY = ("has no entry in notebooks/manifest.toml, so its plan, metadata, record cell and version "
+            "are not written: add one (CONTRIBUTING.md, 'Adding a notebook') and run "
+            "tools/sync_cells.py again")
+
+
 def apply_everything(read, paths, source_dir=None, glossary=None):
     """Every copy, words cell, metadata and stamp written into `read` (in memory); returns
     ([(number, what was rewritten)], [(number, what could not be mended)])."""
@@ -503,7 +510,9 @@ def apply_everything(read, paths, source_dir=None, glossary=None):
     titles = {number: first_line(notebook.cells[0].source).split("·", 1)[-1].strip()
               for number, notebook in read.items() if notebook.cells}
     for number, notebook in read.items():
-        if number in manifest:
+        if number not in manifest:
+            unmended.append((number, NO_ENTRY))
+        else:
             name = paths[number].name
             changed += [(number, what) for what in stamp(notebook, name, manifest[number], titles,
                                                          measured_t4(name, manifest[number].hardware))]
@@ -518,7 +527,8 @@ def differences(paths, source_dir=None, glossary=None):
     found = [(copy.number, copy.problem) for copy in copies(read, read_sources(source_dir), source_dir)
              if copy.problem]
     found += words_problems(read, glossary)
-    copied, _ = apply_everything(read, paths, source_dir, glossary)
+    copied, unmended = apply_everything(read, paths, source_dir, glossary)
+    found += [(number, what) for number, what in unmended if what == NO_ENTRY]
     shown = {number for number, _ in found}
     found += [(number, f"{what} is not what tools/sync_cells.py writes: run it") for number, what in copied
               if number not in shown and not what.startswith(("the copy of", "its " + repr(WORDS_HEADING)))]

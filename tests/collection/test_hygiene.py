@@ -36,7 +36,7 @@ def test_notebooks_are_numbered_in_reading_order():
 def test_valid_nbformat_with_python3_kernel(path):
     notebook = read(path)
     nbformat.validate(notebook)
-    assert notebook.metadata["kernelspec"]["name"] == "python3"
+    assert notebook.metadata.get("kernelspec", {}).get("name") == "python3", "run tools/sync_cells.py"
 
 
 def round_trip_difference(text):
@@ -74,7 +74,7 @@ def test_first_cell_has_title_what_you_learn_and_run_time_table(path):
     assert first.cell_type == "markdown"
     number = path.name[:2]
     assert re.match(rf"# {number} · \S", first.source), "title must read '# NN · Title'"
-    assert "you will learn" in first.source.lower()
+    assert "you will learn" in " ".join(first.source.lower().split())
     table_rows = [line for line in first.source.splitlines() if line.startswith("|")]
     assert len(table_rows) >= 3, "a run-time table (header, rule, rows) is expected"
     table = "\n".join(table_rows).lower()

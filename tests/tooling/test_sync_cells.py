@@ -195,6 +195,24 @@ def test_a_missing_or_doubled_copy_is_reported_not_passed_over(folder):
     assert "2 copies could not be written" in done.stdout
 
 
+def test_a_notebook_without_a_manifest_entry_is_reported_and_a_lost_kernelspec_is_written(folder):
+    notebooks = folder / "notebooks"
+    shutil.copy(next(notebooks.glob("02_*.ipynb")), notebooks / "11_a_new_lesson.ipynb")
+    one = next(notebooks.glob("01_*.ipynb"))
+    notebook = nbformat.read(str(one), as_version=4)
+    del notebook.metadata["kernelspec"]
+    nbformat.write(notebook, str(one))
+    found = tool(folder, "--check")
+    assert found.returncode == 1
+    assert f"11_a_new_lesson.ipynb: {sync_cells.NO_ENTRY}" in found.stdout
+    assert f"{one.name}: its metadata 'kernelspec' is not what tools/sync_cells.py writes" in found.stdout
+    done = tool(folder)
+    assert done.returncode == 1 and f"11_a_new_lesson.ipynb: {sync_cells.NO_ENTRY}" in done.stdout
+    assert nbformat.read(str(one), as_version=4).metadata["kernelspec"]["name"] == "python3"
+    (notebooks / "11_a_new_lesson.ipynb").unlink()
+    assert tool(folder, "--check").returncode == 0
+
+
 def test_a_source_the_manifest_lacks_or_a_file_it_does_not_name_stops_the_tool(folder):
     (folder / "sources" / "stray.py").write_text("#@title A cell nobody copies\n")
     done = tool(folder, "--check")
