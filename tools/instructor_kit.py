@@ -6,15 +6,16 @@
     .venv/bin/python tools/instructor_kit.py --check  # change nothing; exit 1 where the kit is stale
 
 A note's generated part, between its two marker lines, comes from the notebook (its sections), its
-manifest entry (objectives, the notebook it builds on, the hardware, the minutes), the class rule applied
-section by section to a fast-mode run of the notebook alone (the timing plan, and where the class should
-be at 15, 30 and 45 minutes), which exercises fit in what the 60-minute slot leaves, and the notebook's
-exercise tests (the wrong answers they try, and what the check says to each). Below it, the written part: what to cut when the class runs late, the platform's
-pitfalls, questions to ask. A new note gets the headings of its written part to fill in; a rewrite keeps
-what is written there. The nbval run checks each note's timing plan against the run it makes
-(conftest.py), and tests/tooling/test_instructor_kit.py the rest.
+manifest entry (objectives, the notebook it builds on, the hardware, the minutes), the class rule
+applied section by section to a fast-mode run of the notebook alone (the timing plan, and where the
+class should be at 15, 30 and 45 minutes), which exercises fit in what the 60-minute slot leaves, and
+the notebook's exercise tests (the wrong answers they try, and what the check says to each). Below it,
+the written part: what to cut when the class runs late, the platform's pitfalls, questions to ask. A new
+note gets the headings of its written part to fill in; a rewrite keeps what is written there. The nbval
+run checks each note's timing plan against the run it makes (conftest.py), and
+tests/tooling/test_instructor_kit.py the rest.
 
-The schedule: the ten slots, their teaching and exercise minutes (the manifest's) and the minutes the
+The schedule: one slot per notebook, its teaching and exercise minutes (the manifest's) and the minutes the
 GPU records measured, where they exist (tools/gpu_run.py).
 """
 import argparse
@@ -203,8 +204,8 @@ def generated_part(number, notebook, entry, minutes, messages):
              "**The learner will be able to:**", *[f"- {objective}" for objective in entry.objectives], "",
              "## Timing plan", "",
              "The class rule (README), section by section, on a fast-mode run of the notebook alone; the "
-             "T4's running minutes shared as the run's seconds are. A GPU record of your rehearsal gives "
-             "the measured minutes per Step.", ""]
+             "T4's running minutes shared among the Steps as their seconds in that run are. A GPU record "
+             "of your rehearsal gives the measured minutes per Step.", ""]
     lines += timing_table(minutes, section_titles(notebook))
     lines += ["", "## Exercises, and the wrong answers learners give", "",
               in_the_slot(entry.teaching_minutes, task_minutes(notebook)), "",
