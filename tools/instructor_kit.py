@@ -15,8 +15,8 @@ note gets the headings of its written part to fill in; a rewrite keeps what is w
 run checks each note's timing plan against the run it makes (conftest.py), and
 tests/tooling/test_instructor_kit.py the rest.
 
-The schedule: one slot per notebook, its teaching and exercise minutes (the manifest's) and the minutes the
-GPU records measured, where they exist (tools/gpu_run.py).
+The schedule: one slot per notebook, its teaching and exercise minutes (the manifest's) and the minutes
+the GPU records measured, where they exist (tools/gpu_run.py).
 """
 import argparse
 import ast
