@@ -109,7 +109,7 @@ def test_exercise_2_says_how_many_training_steps_the_profile_holds(profile_job):
     job, step_2 = profile_job
     run = nb.make_run(job, {"name": "with workers", "workers": 1})
     said = nb.check_profile_with_workers(profiled(run, 1), run, 1, step_2)
-    assert said == "NOT YET RIGHT: the profile holds 1 training steps, not 3"
+    assert said == "NOT YET RIGHT: the profile holds 1 training step, not 3"
     with pytest.raises(StopIteration):  # the check stopped the run's workers
         next(run.batches)
     empty = nb.make_run(job, {"name": "with workers", "workers": 1})
