@@ -4,17 +4,11 @@ import time
 
 import numpy as np
 import pytest
-import torch
 
+from support.notebook_04 import CPU, helpers_and
 from support.notebook_code import load_helpers, run_cell
 
 nb = load_helpers("04")
-CPU = torch.device("cpu")
-
-
-def helpers_and(**values):
-    """A fresh namespace for run_cell: the notebook's helpers, plus what earlier cells would have set."""
-    return {**vars(load_helpers("04")), **values}
 
 
 DEPTHS = range(2, 13)

@@ -15,15 +15,11 @@ import pandas as pd
 import pytest
 import torch
 
+from support.notebook_08 import tiny_model
 from support.notebook_code import code_cells, load_helpers, notebook_path, read, run_cell
 
 nb = load_helpers("08")
 SCRIPT_TEXT = nb.SCRIPT_TOP + nb.SCRIPT_MODEL + nb.SCRIPT_MAIN
-
-
-def tiny_model(seed=0):
-    torch.manual_seed(seed)
-    return nb.make_transformer(16, 16, 2, 2)
 
 
 # FSDP2: the version gate, the checks, ZeRO
@@ -111,7 +107,7 @@ def test_shard_model_shards_each_transformer_layer_then_the_whole_model(monkeypa
     calls = []
     monkeypatch.setitem(nb.shard_model.__globals__, "fully_shard",
                         lambda module, mesh: calls.append((type(module).__name__, mesh)))
-    model = tiny_model()
+    model = tiny_model(nb)
     assert nb.shard_model(model, "the mesh") is model
     assert calls == [("TransformerLayer", "the mesh"), ("TransformerLayer", "the mesh"),
                      ("Sequential", "the mesh")]

@@ -12,18 +12,10 @@ import pytest
 import torch
 from torch import nn
 
+from support.notebook_08 import tiny_batch, tiny_model
 from support.notebook_code import load_helpers, run_cell
 
 nb = load_helpers("08")
-
-
-def tiny_model(seed=0):
-    torch.manual_seed(seed)
-    return nb.make_transformer(16, 16, 2, 2)
-
-
-def tiny_batch(batch=8, seed=0):
-    return nb.make_batch(batch, seed, 8, 16)
 
 
 class StandInCuda:
@@ -184,7 +176,7 @@ def test_low_precision_dtype_is_float16_only_before_capability_8(device_type, ca
 
 def test_remedy_step_asks_autocast_for_the_device_of_its_inputs(monkeypatch):
     autocasts = record_autocast(monkeypatch)
-    model, (inputs, labels) = tiny_model(), tiny_batch(8)
+    model, (inputs, labels) = tiny_model(nb), tiny_batch(nb, 8)
     nb.remedy_step(model, torch.optim.SGD(model.parameters(), lr=0.0), inputs, labels, parts=2)
     nb.remedy_step(model, torch.optim.SGD(model.parameters(), lr=0.0), inputs, labels,
                    dtype=torch.float16)
@@ -301,8 +293,8 @@ class StaysOnTheCpu(nn.Sequential):
 
 def step_2_namespace(device, **more):
     """What Step 2's cells find when they run: Step 1's count of a tiny model, its sizes."""
-    model = tiny_model()
-    inputs, labels = tiny_batch(8)
+    model = tiny_model(nb)
+    inputs, labels = tiny_batch(nb, 8)
     counts = nb.memory_of_step(model, torch.optim.Adam(model.parameters()), inputs, labels)
     sizes = {"FEATURES": 16, "WIDTH": 16, "DEPTH": 2, "CLASSES": 2, "SEQUENCE": 8, "BATCH": 8,
              "OVERSIZE": 10, "DEEP_BATCH": 256}
@@ -422,7 +414,7 @@ def test_going_deeper_b_times_each_remedy_in_the_16_bit_format_step_3_chose_sync
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synchronized.append(device))
     monkeypatch.setattr(torch.mps, "synchronize", lambda: synchronized.append(torch.device("mps")))
     autocasts = record_autocast(monkeypatch)
-    model, (inputs, labels) = tiny_model(), tiny_batch()
+    model, (inputs, labels) = tiny_model(nb), tiny_batch(nb)
     device = torch.device(device_type)
     name = str(low).removeprefix("torch.")
     namespace = {**vars(nb), "device": device, "model": model, "inputs": inputs, "labels": labels,

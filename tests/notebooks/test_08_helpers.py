@@ -7,18 +7,10 @@ import pytest
 import torch
 from torch import nn
 
+from support.notebook_08 import tiny_batch, tiny_model
 from support.notebook_code import load_helpers
 
 nb = load_helpers("08")
-
-
-def tiny_model(seed=0):
-    torch.manual_seed(seed)
-    return nb.make_transformer(16, 16, 2, 2)
-
-
-def tiny_batch(batch=8, seed=0):
-    return nb.make_batch(batch, seed, 8, 16)
 
 
 # Counting bytes
@@ -50,8 +42,8 @@ def test_saved_activations_counts_views_of_one_tensor_once():
 
 
 def test_memory_of_step_reads_optimizer_state_from_the_optimizer():
-    model = tiny_model()
-    inputs, labels = tiny_batch()
+    model = tiny_model(nb)
+    inputs, labels = tiny_batch(nb)
     weights = sum(p.numel() for p in model.parameters())
     tensors = len(list(model.parameters()))
     plain = nb.memory_of_step(model, torch.optim.SGD(model.parameters(), lr=0.1), inputs, labels)
@@ -66,19 +58,19 @@ def test_memory_of_step_reads_optimizer_state_from_the_optimizer():
 
 
 def test_the_activations_grow_with_the_batch_and_nothing_else_does():
-    model = tiny_model()
+    model = tiny_model(nb)
     adam = torch.optim.Adam(model.parameters())
-    small, large = (nb.memory_of_step(model, adam, *tiny_batch(batch)) for batch in (4, 16))
+    small, large = (nb.memory_of_step(model, adam, *tiny_batch(nb, batch)) for batch in (4, 16))
     assert {k: small[k] for k in ("weights", "gradients", "optimizer_state")} == \
         {k: large[k] for k in ("weights", "gradients", "optimizer_state")}
     assert 3.5 < large["activations"] / small["activations"] <= 4.0
 
 
 def test_set_to_none_frees_the_gradients_that_zero_filling_keeps():
-    model = tiny_model()
+    model = tiny_model(nb)
     adam = torch.optim.Adam(model.parameters())
     for set_to_none, held in [(True, 0), (False, 4 * sum(p.numel() for p in model.parameters()))]:
-        nb.memory_of_step(model, adam, *tiny_batch())
+        nb.memory_of_step(model, adam, *tiny_batch(nb))
         adam.zero_grad(set_to_none=set_to_none)
         assert nb.storage_bytes(p.grad for p in model.parameters()) == held
 
@@ -187,8 +179,8 @@ def test_describe_remedy_at_its_edges(saved, cost, text):
 
 
 def test_checkpointing_keeps_less_and_gives_the_same_gradients():
-    model = tiny_model()
-    inputs, labels = tiny_batch()
+    model = tiny_model(nb)
+    inputs, labels = tiny_batch(nb)
     sgd = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: the weights stay, the gradients stay
     plain = nb.memory_of_step(model, sgd, inputs, labels)
     plain_gradients = [p.grad.clone() for p in model.parameters()]
@@ -202,8 +194,8 @@ def test_checkpointing_keeps_less_and_gives_the_same_gradients():
 
 
 def test_remedy_step_with_4_parts_keeps_one_part_and_gives_the_batch_gradients():
-    model = tiny_model()
-    inputs, labels = tiny_batch(16)
+    model = tiny_model(nb)
+    inputs, labels = tiny_batch(nb, 16)
     sgd = torch.optim.SGD(model.parameters(), lr=0.0)
     whole = nb.memory_of_step(model, sgd, inputs, labels)
     assert nb.remedy_step(model, sgd, inputs, labels) == whole  # no remedy: Step 1's training step
@@ -216,14 +208,14 @@ def test_remedy_step_with_4_parts_keeps_one_part_and_gives_the_batch_gradients()
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])  # float16: the T4's branch
 def test_autocast_shrinks_activations_only_and_16_bit_weights_halve_everything(dtype):
-    model = tiny_model()
-    inputs, labels = tiny_batch(16)
+    model = tiny_model(nb)
+    inputs, labels = tiny_batch(nb, 16)
     adam = torch.optim.Adam(model.parameters())
     baseline = nb.memory_of_step(model, adam, inputs, labels)
     autocast = nb.remedy_step(model, adam, inputs, labels, dtype=dtype)
     assert all(autocast[k] == baseline[k] for k in ("weights", "gradients", "optimizer_state"))
     assert autocast["activations"] < baseline["activations"]
-    low_model = tiny_model().to(dtype)
+    low_model = tiny_model(nb).to(dtype)
     low_adam = torch.optim.Adam(low_model.parameters(), eps=1e-4)
     low = nb.remedy_step(low_model, low_adam, inputs.to(dtype), labels)
     assert low["weights"] * 2 == baseline["weights"] and low["gradients"] * 2 == baseline["gradients"]
@@ -231,8 +223,8 @@ def test_autocast_shrinks_activations_only_and_16_bit_weights_halve_everything(d
 
 
 def test_accumulated_gradients_equal_one_batch_only_when_weighted_by_samples():
-    model = tiny_model()
-    inputs, labels = tiny_batch(16)
+    model = tiny_model(nb)
+    inputs, labels = tiny_batch(nb, 16)
     one = nb.accumulated_gradients(model, inputs, labels, [16])
     for sizes in ([4, 4, 4, 4], [12, 4], [15, 1]):
         right = nb.accumulated_gradients(model, inputs, labels, sizes, per_sample=True)
@@ -250,8 +242,8 @@ def test_largest_difference_is_relative_to_the_largest_gradient():
 
 
 def test_forward_only_keeps_nothing_without_grad():
-    model = tiny_model()
-    inputs, _ = tiny_batch()
+    model = tiny_model(nb)
+    inputs, _ = tiny_batch(nb)
     import contextlib
     assert nb.forward_only(model, inputs, contextlib.nullcontext)["activations"] > 0
     assert nb.forward_only(model, inputs, torch.no_grad)["activations"] == 0
@@ -263,9 +255,9 @@ def test_forward_only_keeps_nothing_without_grad():
 
 def train_float16(eps, steps=2):
     """A tiny model wholly in float16 on the CPU, trained `steps` optimizer steps with Adam(eps)."""
-    model = tiny_model().to(torch.float16)
+    model = tiny_model(nb).to(torch.float16)
     adam = torch.optim.Adam(model.parameters(), lr=1e-3, eps=eps)
-    inputs, labels = tiny_batch(16)
+    inputs, labels = tiny_batch(nb, 16)
     for _ in range(steps):
         nb.memory_of_step(model, adam, inputs.to(torch.float16), labels)
     return model
