@@ -142,6 +142,15 @@ def exercises(notebook):
     return found
 
 
+TASK_MINUTES = re.compile(r"\bAbout (\d+) minutes\b", re.I)
+
+
+def exercise_minutes(task):
+    """The minutes an exercise's task (its source) says it takes ('About 10 minutes.'), or None."""
+    found = TASK_MINUTES.search(task)
+    return int(found.group(1)) if found else None
+
+
 # ---- The core -------------------------------------------------------------------------------------
 
 def summary_index(notebook):

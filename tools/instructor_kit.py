@@ -144,12 +144,6 @@ def whole_messages(said):
 
 # ---- The note ------------------------------------------------------------------------------------
 
-def exercise_minutes(task):
-    """The minutes an exercise's task says it takes ('About 10 minutes.'), or None."""
-    found = re.search(r"\bAbout (\d+) minutes\b", task, re.I)
-    return int(found.group(1)) if found else None
-
-
 SLOT_MINUTES = 60
 
 
@@ -186,11 +180,11 @@ def in_the_slot(teaching, exercises, slot=SLOT_MINUTES):
 
 
 def task_minutes(notebook):
-    """[(exercise heading, its minutes or None)] of a notebook, in order."""
-    found = []
-    for parts in anatomy.exercises(notebook).values():
+    """{exercise name: (its heading, its minutes or None)} of a notebook, in order."""
+    found = {}
+    for name, parts in anatomy.exercises(notebook).items():
         task = anatomy._source(parts["task"])
-        found.append((task.split("\n", 1)[0].lstrip("# ").strip(), exercise_minutes(task)))
+        found[name] = (task.split("\n", 1)[0].lstrip("# ").strip(), anatomy.exercise_minutes(task))
     return found
 
 
@@ -207,13 +201,12 @@ def generated_part(number, notebook, entry, minutes, messages):
              "T4's running minutes shared among the Steps as their seconds in that run are. A GPU record "
              "of your rehearsal gives the measured minutes per Step.", ""]
     lines += timing_table(minutes, section_titles(notebook))
+    tasks = task_minutes(notebook)
     lines += ["", "## Exercises, and the wrong answers learners give", "",
-              in_the_slot(entry.teaching_minutes, task_minutes(notebook)), "",
+              in_the_slot(entry.teaching_minutes, list(tasks.values())), "",
               "Each check answers these wrong answers (the ones its tests try) with the message below: "
               "what to say is what it says, and why.", ""]
-    for name, parts in anatomy.exercises(notebook).items():
-        heading = anatomy._source(parts["task"]).split("\n", 1)[0].lstrip("# ").strip()
-        took = exercise_minutes(anatomy._source(parts["task"]))
+    for name, (heading, took) in tasks.items():
         lines.append(f"### {heading}" + (f" (about {took} min)" if took else ""))
         lines.append("")
         lines += [f"- {message}" for message in messages.get(name, [])] or ["- (no wrong answer tried)"]
@@ -291,7 +284,7 @@ def exercises_of(entries):
     """{number: [(exercise heading, minutes)]} of each notebook."""
     import nbformat
 
-    return {number: task_minutes(nbformat.read(str(entry.path), as_version=4))
+    return {number: list(task_minutes(nbformat.read(str(entry.path), as_version=4)).values())
             for number, entry in entries.items()}
 
 

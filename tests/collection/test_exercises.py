@@ -22,7 +22,7 @@ import re
 import nbformat
 import pytest
 
-from anatomy import EXERCISE_HEADING, exercises, is_folded
+from anatomy import EXERCISE_HEADING, exercise_minutes, exercises, is_folded
 from support.notebook_code import NOTEBOOKS, REPO, read
 from support.verdicts import starter_and_answer_verdicts
 
@@ -359,21 +359,18 @@ def test_a_message_is_reached_whole_or_by_its_start_and_only_by_what_it_can_say(
 
 # --- Each exercise says how long it takes; the notebook's exercise minutes are their sum -------------
 
-TASK_MINUTES = re.compile(r"\bAbout (\d+) minutes\b", re.I)
-
-
 def exercise_minutes_problems(notebook, stated):
     """What is wrong with the exercises' minutes: a task that does not say 'About N minutes' (at most
     10, doable in class), or a sum other than the manifest's `exercise_minutes` (`stated`)."""
     problems, total = [], 0
     for name, parts in exercises(notebook).items():
-        found = TASK_MINUTES.search(parts["task"].source)
-        if not found:
+        took = exercise_minutes(parts["task"].source)
+        if took is None:
             problems.append(f"exercise {name!r}: its task does not say 'About N minutes.'")
-        elif int(found.group(1)) > 10:
-            problems.append(f"exercise {name!r}: {found.group(1)} minutes; an exercise fits 10 in class")
+        elif took > 10:
+            problems.append(f"exercise {name!r}: {took} minutes; an exercise fits 10 in class")
         else:
-            total += int(found.group(1))
+            total += took
     if not problems and total != stated:
         problems.append(f"the exercises take {total} minutes by their tasks; the manifest says {stated}")
     return problems
