@@ -15,6 +15,8 @@ import torch
 from support.notebook_09 import stand_in_triton
 from support.notebook_code import load_helpers, load_shared
 
+SHARED_DATASHEET = load_shared("datasheet.py")  # the shared cell's own lookup, which 09 carries a copy of
+T4_GB_PER_S, T4_TFLOPS, T4_PAGE = SHARED_DATASHEET.datasheet("Tesla T4")
 
 @pytest.fixture(scope="module")
 def nb():
@@ -253,7 +255,7 @@ def test_block_problem_at_its_boundaries(nb, blocks, allowed):
     "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA L4",
 ])
 def test_the_datasheet_copy_answers_as_the_shared_cell_does(nb, name):
-    assert nb.datasheet(name) == load_shared("datasheet.py").datasheet(name)
+    assert nb.datasheet(name) == SHARED_DATASHEET.datasheet(name)
 
 
 def test_the_datasheet_copy_gives_step_3_the_t4s_peaks(nb):
@@ -262,10 +264,9 @@ def test_the_datasheet_copy_gives_step_3_the_t4s_peaks(nb):
 
 
 def test_the_datasheet_copy_keeps_notebook_01s_other_helpers_working(nb):
-    _, tflops, page = load_shared("datasheet.py").datasheet("Tesla T4")
-    assert nb.published_peak("Tesla T4") == (tflops, page)
+    assert nb.published_peak("Tesla T4") == (T4_TFLOPS, T4_PAGE)
     # a measured half of the peak (GFLOP/s) reads as 50 %
-    assert nb.datasheet_table("Tesla T4", tflops * 500).iloc[0]["share_of_peak_pct"] == pytest.approx(50)
+    assert nb.datasheet_table("Tesla T4", T4_TFLOPS * 500).iloc[0]["share_of_peak_pct"] == pytest.approx(50)
     assert nb.datasheet_table("NVIDIA L40S", 1.0) is None
 
 
@@ -281,10 +282,9 @@ def test_speed_table_from_stand_in_timings(nb, capsys):
         return 1e-3
 
     table = nb.speed_table(candidates, seconds_of, "Tesla T4")
-    t4_gb_per_s = load_shared("datasheet.py").datasheet("Tesla T4")[0]
     vector = table.loc[("vector add", "PyTorch x + y")]
     assert vector.GB_per_s == pytest.approx(3 * 1000 * 4 / 1e-3 / 1e9, abs=0.01)
-    assert vector.share_of_peak_pct == pytest.approx(100 * vector.GB_per_s / t4_gb_per_s, abs=0.01)
+    assert vector.share_of_peak_pct == pytest.approx(100 * vector.GB_per_s / T4_GB_PER_S, abs=0.01)
     assert math.isnan(table.loc[("vector add", "your add_kernel")].ms)
     assert "not timed, RuntimeError" in capsys.readouterr().out
     assert math.isnan(table.loc[("row softmax", "torch.compile of the five")].ms)
@@ -311,8 +311,7 @@ def test_kernel_figures_keep_each_check_and_on_a_gpu_each_of_your_kernels_speeds
     speeds = nb.speed_table(candidates, lambda f: 1e-3, "Tesla T4")
     figures = nb.kernel_figures({}, speeds)
     assert figures["add_kernel GB_per_s"] == speeds.loc[("vector add", "your add_kernel")].GB_per_s
-    t4_gb_per_s = load_shared("datasheet.py").datasheet("Tesla T4")[0]
-    assert figures["add_kernel share_of_peak_pct"] == pytest.approx(100 * 0.012 / t4_gb_per_s, abs=0.01)
+    assert figures["add_kernel share_of_peak_pct"] == pytest.approx(100 * 0.012 / T4_GB_PER_S, abs=0.01)
     assert set(figures) == {f"{kernel} {column}" for kernel in ("add_kernel", "softmax_kernel")
                             for column in ("GB_per_s", "share_of_peak_pct")}
     unknown = nb.kernel_figures({}, nb.speed_table(candidates, lambda f: 1e-3, "NVIDIA L40S"))
